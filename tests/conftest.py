@@ -1,0 +1,37 @@
+"""Shared, expensive fixtures: one local Ray cluster per test session, cached tiny models.
+
+Tests that need Ray take the ``ray_cluster`` fixture; it starts a local cluster once
+(with more logical CPUs than cores, so colocated actors and placement groups always fit
+on a 2-core machine) and shuts it down at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+# Logical CPUs the shared test cluster advertises (real cores are 2; Ray actors here are idle most of the time).
+TEST_RAY_NUM_CPUS = 16
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster shared by the whole test session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=TEST_RAY_NUM_CPUS,
+            include_dashboard=False,
+            log_to_driver=True,
+            runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}},
+        )
+    yield ray
+    ray.shutdown()

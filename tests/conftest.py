@@ -35,3 +35,20 @@ def ray_cluster():
         )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny tied-embedding Qwen2 model + local tokenizer (head_dim 32), built once per session."""
+    from hybridrl.utils.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2")))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    """A tiny untied Llama model + local tokenizer, built once per session."""
+    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(arch="llama", tie_word_embeddings=False)
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), spec))

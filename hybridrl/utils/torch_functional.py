@@ -288,8 +288,7 @@ def postprocess_data(
     truncation: ``left`` keeps the last tokens, ``right`` the first, ``middle`` keeps both ends
     (``max_length // 2`` first tokens + the rest from the end), ``error`` raises.
     """
-    if truncation not in _TRUNCATIONS:
-        raise ValueError(f"truncation={truncation!r} is not one of {_TRUNCATIONS}")
+    assert truncation in _TRUNCATIONS, f"truncation={truncation!r} is not one of {_TRUNCATIONS}"
     assert input_ids.ndim == 2, f"input_ids must be [B, T], got shape {list(input_ids.shape)}"
     sequence_length = input_ids.shape[-1]
     if sequence_length < max_length:
@@ -297,7 +296,9 @@ def postprocess_data(
         attention_mask = pad_sequence_to_length(attention_mask, max_length, 0, left_pad=left_pad)
     elif sequence_length > max_length:
         if truncation == "error":
-            raise NotImplementedError(f"{sequence_length=} is larger than {max_length=}; set truncation to left/right/middle")
+            raise NotImplementedError(
+                f"{sequence_length=} is larger than {max_length=}; set truncation to left/right/middle"
+            )
         input_ids, attention_mask = (_truncate(t, max_length, truncation) for t in (input_ids, attention_mask))
     return input_ids, attention_mask
 

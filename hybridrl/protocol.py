@@ -1,0 +1,456 @@
+"""DataProto: the batch every worker call takes and returns (verl v0.5 ``verl/protocol.py`` API).
+
+A ``DataProto`` holds ``B`` rows in three parts:
+
+* ``batch``: a ``TensorDict`` with batch size ``[B]`` (``input_ids [B, T]``, ``responses [B, R]``, ...);
+* ``non_tensor_batch``: ``{key: np.ndarray(dtype=object) of length B}`` (``uid``, ``data_source``, ...);
+* ``meta_info``: a plain dict shared by all rows (``temperature``, ``global_steps``, ``metrics``, ...).
+
+Row operations (index, slice, chunk, concat, repeat, reorder) apply to ``batch`` and
+``non_tensor_batch`` together and carry ``meta_info`` along. Ray is imported lazily (only by
+``DataProtoFuture.get``), so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed
+from tensordict import TensorDict
+from torch.utils.data import DataLoader
+
+from hybridrl.protocol_extras import (
+    DataProtoFuture,
+    all_gather_data_proto,
+    fold_batch_dim,
+    pad_dataproto_to_divisor,
+    unfold_batch_dim,
+    unpad_dataproto,
+)
+from hybridrl.protocol_ops import (
+    DataProtoConfig,
+    deserialize_tensordict,
+    list_of_dict_to_dict_of_list,
+    merge_meta_info,
+    require,
+    serialize_tensordict,
+    union_numpy_dict,
+    union_tensor_dict,
+    union_two_dict,
+)
+
+__all__ = [
+    "DataProto",
+    "DataProtoConfig",
+    "DataProtoFuture",
+    "DataProtoItem",
+    "all_gather_data_proto",
+    "collate_fn",
+    "fold_batch_dim",
+    "list_of_dict_to_dict_of_list",
+    "pad_dataproto_to_divisor",
+    "unfold_batch_dim",
+    "union_numpy_dict",
+    "union_tensor_dict",
+    "union_two_dict",
+    "unpad_dataproto",
+]
+
+logger = logging.getLogger(__name__)
+
+Index = int | np.integer | slice | list[Any] | np.ndarray | torch.Tensor
+
+
+@dataclass
+class DataProtoItem:
+    """One row of a DataProto: ``batch`` has an empty batch size, ``non_tensor_batch`` holds scalars."""
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataProto:
+    """Rows of tensors (``batch``), per-row Python objects (``non_tensor_batch``) and shared ``meta_info``."""
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.check_consistency()
+
+    # ------------------------------------------------------------------ basics
+
+    def check_consistency(self) -> None:
+        """One batch dim; every non-tensor value is an ndarray whose length equals the batch size."""
+        if self.batch is not None:
+            require(len(self.batch.batch_size) == 1, f"only num_batch_dims=1 is supported, got {self.batch.batch_size}")
+        batch_size = self.batch.batch_size[0] if self.batch is not None else None
+        for key, val in self.non_tensor_batch.items():
+            require(
+                isinstance(val, np.ndarray),
+                f"non_tensor_batch['{key}'] must be a numpy array with dtype=object, got {type(val).__name__}",
+            )
+            if batch_size is not None:
+                require(
+                    val.shape[0] == batch_size,
+                    f"non_tensor_batch key '{key}' has length {val.shape[0]}, but the batch size is {batch_size}",
+                )
+
+    def __len__(self) -> int:
+        if self.batch is not None:
+            return int(self.batch.batch_size[0])
+        if self.non_tensor_batch:
+            return int(next(iter(self.non_tensor_batch.values())).shape[0])
+        return 0
+
+    def __getitem__(self, item: Index) -> Any:
+        """``dp[int]`` → DataProtoItem; ``dp[slice]`` → slice; ``dp[list | ndarray | tensor]`` → select_idxs."""
+        if isinstance(item, slice):
+            return self.slice(item.start, item.stop, item.step)
+        if isinstance(item, list | np.ndarray | torch.Tensor):
+            return self.select_idxs(item)
+        if isinstance(item, int | np.integer):
+            row_batch = self.batch[item] if self.batch is not None else None
+            row_non_tensor = {key: val[item] for key, val in self.non_tensor_batch.items()}
+            return DataProtoItem(batch=row_batch, non_tensor_batch=row_non_tensor, meta_info=self.meta_info)
+        raise TypeError(f"Indexing DataProto with {type(item).__name__} is not supported")
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_single_dict(
+        cls,
+        data: dict[str, torch.Tensor | np.ndarray],
+        meta_info: dict[str, Any] | None = None,
+        auto_padding: bool = False,
+    ) -> DataProto:
+        """Split one dict into tensors (→ ``batch``) and ndarrays (→ ``non_tensor_batch``)."""
+        tensors: dict[str, torch.Tensor] = {}
+        non_tensors: dict[str, Any] = {}
+        for key, val in data.items():
+            if isinstance(val, torch.Tensor):
+                tensors[key] = val
+            elif isinstance(val, np.ndarray):
+                non_tensors[key] = val
+            else:
+                raise ValueError(f"Unsupported type in data for key '{key}': {type(val).__name__}")
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info, auto_padding=auto_padding)
+
+    @classmethod
+    def from_dict(
+        cls,
+        tensors: dict[str, torch.Tensor] | None = None,
+        non_tensors: dict[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+        auto_padding: bool = False,
+    ) -> DataProto:
+        """Build from tensors sharing their first ``num_batch_dims`` dims; lists become object arrays."""
+        require(num_batch_dims > 0, "num_batch_dims must be greater than zero")
+        if non_tensors is not None:
+            require(num_batch_dims == 1, "only num_batch_dims=1 is supported when non_tensors is given")
+        tensors = tensors or {}
+        meta_info = {} if meta_info is None else meta_info
+        non_tensors = {} if non_tensors is None else non_tensors
+        batch_size, pivot_key = None, None
+        for key, tensor in tensors.items():
+            current = tensor.shape[:num_batch_dims]
+            if batch_size is None:
+                batch_size, pivot_key = current, key
+            require(
+                current == batch_size,
+                f"Not all tensors have the same batch size with batch_dims={num_batch_dims}: "
+                f"'{pivot_key}' has {list(batch_size)}, '{key}' has {list(current)}",
+            )
+        for key, val in non_tensors.items():
+            if not isinstance(val, np.ndarray):
+                non_tensors[key] = np.array(val, dtype=object)
+        batch = TensorDict(source=tensors, batch_size=batch_size) if tensors else None
+        if auto_padding:
+            meta_info[DataProtoConfig.auto_padding_key] = True
+        return cls(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
+
+    # ------------------------------------------------------------------ keys
+
+    def to(self, device: str | torch.device) -> DataProto:
+        """Move ``batch`` to ``device`` in place and return self."""
+        if self.batch is not None:
+            self.batch = self.batch.to(device)
+        return self
+
+    def select(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+        deepcopy: bool = False,
+    ) -> DataProto:
+        """A DataProto with only the given keys (``None`` keeps all); tensors are shared, not copied."""
+        sub_batch = self.batch
+        if batch_keys is not None:
+            require(self.batch is not None, f"select: batch_keys {list(batch_keys)} given but the batch is None")
+            missing = [key for key in batch_keys if key not in self.batch.keys()]
+            require(not missing, f"select: batch keys {missing} not found; available: {sorted(self.batch.keys())}")
+            sub_batch = self.batch.select(*batch_keys)
+        non_tensor = self.non_tensor_batch
+        if non_tensor_batch_keys is not None:
+            non_tensor = {k: v for k, v in self.non_tensor_batch.items() if k in non_tensor_batch_keys}
+        meta_info = self.meta_info
+        if meta_info_keys is not None:
+            meta_info = {k: v for k, v in self.meta_info.items() if k in meta_info_keys}
+        if deepcopy:
+            non_tensor, meta_info = copy.deepcopy(non_tensor), copy.deepcopy(meta_info)
+        return type(self)(batch=sub_batch, non_tensor_batch=non_tensor, meta_info=meta_info)
+
+    def pop(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+    ) -> DataProto:
+        """Remove the given keys from self and return them as a new DataProto."""
+        tensors, non_tensors, meta_info = {}, {}, {}
+        for key in batch_keys or []:
+            require(self.batch is not None and key in self.batch.keys(), f"pop: batch key '{key}' not found")
+            tensors[key] = self.batch.pop(key)
+        for key in non_tensor_batch_keys or []:
+            require(key in self.non_tensor_batch, f"pop: non_tensor_batch key '{key}' not found")
+            non_tensors[key] = self.non_tensor_batch.pop(key)
+        for key in meta_info_keys or []:
+            require(key in self.meta_info, f"pop: meta_info key '{key}' not found")
+            meta_info[key] = self.meta_info.pop(key)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+    def rename(self, old_keys: str | list[str] | None = None, new_keys: str | list[str] | None = None) -> DataProto:
+        """Rename ``batch`` keys in place (non-tensor and meta keys are untouched); returns self."""
+        old, new = _as_key_list(old_keys), _as_key_list(new_keys)
+        if len(old) != len(new):
+            raise ValueError(f"new_keys and old_keys must have the same length, got {len(new)} and {len(old)}")
+        require(self.batch is not None or not old, "rename: the batch is None")
+        for old_key, new_key in zip(old, new):
+            require(self.batch is not None and old_key in self.batch.keys(), f"rename: batch key '{old_key}' not found")
+            self.batch.rename_key_(old_key, new_key)  # type: ignore[union-attr]
+        return self
+
+    def union(self, other: DataProto) -> DataProto:
+        """Merge ``other`` into self (in place); keys present in both must hold equal values."""
+        if self.batch is None or other.batch is None:
+            self.batch = self.batch if other.batch is None else other.batch
+        else:
+            self.batch = union_tensor_dict(self.batch, other.batch)
+        self.non_tensor_batch = union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
+        self.meta_info = union_two_dict(self.meta_info, other.meta_info)
+        self.check_consistency()
+        return self
+
+    # ------------------------------------------------------------------ rows
+
+    def select_idxs(self, idxs: list[Any] | np.ndarray | torch.Tensor) -> DataProto:
+        """Rows at integer indices, or where a bool mask is True, as a new DataProto."""
+        if isinstance(idxs, list):
+            idxs = torch.tensor(idxs)
+            if idxs.dtype != torch.bool:
+                idxs = idxs.to(torch.int64)
+        idxs_torch = torch.from_numpy(idxs) if isinstance(idxs, np.ndarray) else idxs
+        idxs_np = idxs_torch.detach().cpu().numpy()
+        size = int(idxs_np.sum()) if idxs_np.dtype == bool else int(idxs_np.shape[0])
+        batch = None
+        if self.batch is not None:
+            source = {key: tensor[idxs_torch.to(tensor.device)] for key, tensor in self.batch.items()}
+            batch = TensorDict(source=source, batch_size=(size,), device=self.batch.device)
+        non_tensor = {key: val[idxs_np] for key, val in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
+    def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
+        """Rows ``[start:end:step]`` as a new DataProto (tensors are views)."""
+        rows = slice(start, end, step)
+        batch = self.batch[rows] if self.batch is not None else None
+        non_tensor = {key: val[rows] for key, val in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Permute rows in place: row ``i`` becomes old row ``indices[i]``."""
+        indices_np = indices.detach().cpu().numpy()
+        if self.batch is not None:
+            self.batch = self.batch[indices]
+        self.non_tensor_batch = {key: val[indices_np] for key, val in self.non_tensor_batch.items()}
+
+    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
+        """Repeat every row: interleaved ``[a, a, b, b]`` (used for ``rollout.n``) or tiled ``[a, b, a, b]``."""
+        batch = None
+        if self.batch is not None:
+            if interleave:
+                source = {key: t.repeat_interleave(repeat_times, dim=0) for key, t in self.batch.items()}
+            else:
+                source = {key: t.repeat(repeat_times, *([1] * (t.dim() - 1))) for key, t in self.batch.items()}
+            batch = TensorDict(source=source, batch_size=(len(self) * repeat_times,), device=self.batch.device)
+        non_tensor = {
+            key: np.repeat(val, repeat_times, axis=0)
+            if interleave
+            else np.tile(val, (repeat_times,) + (1,) * (val.ndim - 1))
+            for key, val in self.non_tensor_batch.items()
+        }
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
+    def sample_level_repeat(self, repeat_times: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
+        """Repeat row ``i`` ``repeat_times[i]`` times (interleaved)."""
+        counts = torch.as_tensor(list(repeat_times) if isinstance(repeat_times, tuple) else repeat_times)
+        require(counts.dim() == 1 and counts.numel() == len(self), f"repeat_times must be 1-D of length {len(self)}")
+        batch = None
+        if self.batch is not None:
+            source = {key: t.repeat_interleave(counts.to(t.device), dim=0) for key, t in self.batch.items()}
+            batch = TensorDict(source=source, batch_size=(int(counts.sum()),), device=self.batch.device)
+        non_tensor = {key: np.repeat(val, counts.numpy(), axis=0) for key, val in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
+    def unfold_column_chunks(self, n_split: int, split_keys: Sequence[str] | None = None) -> DataProto:
+        """Split dim 1 of ``split_keys`` into ``n_split`` pieces moved into the batch dim; repeat other keys.
+
+        ``[B, n·L]`` → ``[B·n, L]`` for split keys; other keys ``[B, ...]`` → ``[B·n, ...]`` (interleaved).
+        """
+        split = set(split_keys or [])
+        batch = None
+        if self.batch is not None:
+            source = {key: _unfold_or_repeat(t, n_split, key in split) for key, t in self.batch.items()}
+            batch = TensorDict(source=source, batch_size=(len(self) * n_split,), device=self.batch.device)
+        non_tensor = {key: _unfold_or_repeat(v, n_split, key in split) for key, v in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
+    # ------------------------------------------------------------------ split / join
+
+    def is_padding_enabled(self) -> bool:
+        """Per-DataProto meta key ``_verl_auto_padding`` or the global ``DataProtoConfig.auto_padding``."""
+        return bool(self.meta_info.get(DataProtoConfig.auto_padding_key, False)) or DataProtoConfig.auto_padding
+
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append ``padding_size`` copies of the last row (or the first if ``"first"``), in place."""
+        if padding_size == 0:
+            return
+        candidate = self.select_idxs([0 if padding_candidate == "first" else len(self) - 1])
+        padded = DataProto.concat([self, candidate.repeat(padding_size)])
+        self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
+
+    def chunk(self, chunks: int) -> list[DataProto]:
+        """Split rows into ``chunks`` parts (equal unless padding is enabled); meta_info goes to each."""
+        if not self.is_padding_enabled():
+            require(
+                len(self) % chunks == 0,
+                f"only support equal chunk. Got size of DataProto {len(self)} and chunk {chunks}; "
+                "enable DataProtoConfig.auto_padding or pad with pad_dataproto_to_divisor",
+            )
+        # torch.chunk sizes: ceil(B / chunks) each, the last part smaller (possibly fewer parts).
+        boundaries = [len(part) for part in torch.arange(len(self)).chunk(chunks)] if len(self) else []
+        boundaries += [0] * (chunks - len(boundaries))
+        offsets = np.cumsum([0, *boundaries])
+        return [self.slice(int(offsets[i]), int(offsets[i + 1])) for i in range(chunks)]
+
+    def split(self, split_size: int) -> list[DataProto]:
+        """Consecutive parts of ``split_size`` rows (the last may be shorter)."""
+        return [self[i : i + split_size] for i in range(0, len(self), split_size)]
+
+    @staticmethod
+    def concat(data: list[DataProto]) -> DataProto:
+        """Concatenate rows; meta_info is merged (non-metric keys must agree, ``metrics`` → dict of lists)."""
+        require(len(data) > 0, "concat: got an empty list of DataProto")
+        batches = [d.batch for d in data]
+        batch = torch.cat(batches, dim=0) if batches[0] is not None else None  # type: ignore[arg-type]
+        non_tensor_lists = list_of_dict_to_dict_of_list([d.non_tensor_batch for d in data])
+        non_tensor = {key: np.concatenate(val, axis=0) for key, val in non_tensor_lists.items()}
+        meta_info = merge_meta_info([d.meta_info for d in data])
+        return type(data[0])(batch=batch, non_tensor_batch=non_tensor, meta_info=meta_info)
+
+    def make_iterator(
+        self,
+        mini_batch_size: int,
+        epochs: int,
+        seed: int | None = None,
+        dataloader_kwargs: dict[str, Any] | None = None,
+    ) -> Iterator[DataProto]:
+        """Yield ``epochs * len(self) // mini_batch_size`` mini-batches through a torch DataLoader.
+
+        Pass ``dataloader_kwargs={"shuffle": True}`` to shuffle; ``seed`` makes the order reproducible.
+        """
+        require(len(self) % mini_batch_size == 0, f"{len(self)} % {mini_batch_size} != 0")
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        loader = DataLoader(
+            dataset=self,  # type: ignore[arg-type]
+            batch_size=mini_batch_size,
+            collate_fn=collate_fn,
+            generator=generator,
+            **(dataloader_kwargs or {}),
+        )
+
+        def get_data() -> Iterator[DataProto]:
+            for _ in range(epochs):
+                for mini_batch in loader:
+                    mini_batch.meta_info = self.meta_info
+                    yield mini_batch
+
+        return iter(get_data())
+
+    # ------------------------------------------------------------------ serialization
+
+    def __getstate__(self) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+        return serialize_tensordict(self.batch), self.non_tensor_batch, self.meta_info
+
+    def __setstate__(self, state: tuple[Any, dict[str, np.ndarray], dict[str, Any]]) -> None:
+        encoded_batch, self.non_tensor_batch, self.meta_info = state
+        self.batch = deserialize_tensordict(encoded_batch)
+
+    def save_to_disk(self, filepath: str) -> None:
+        with open(filepath, "wb") as f:
+            pickle.dump(self, f)
+
+    @staticmethod
+    def load_from_disk(filepath: str) -> DataProto:
+        with open(filepath, "rb") as f:
+            data: DataProto = pickle.load(f)
+        return data
+
+    def print_size(self, prefix: str = "") -> None:
+        """Print the GB held by ``batch`` and by ``non_tensor_batch``."""
+        tensor_bytes = sum(t.element_size() * t.numel() for t in self.batch.values()) if self.batch is not None else 0
+        numpy_bytes = sum(arr.nbytes for arr in self.non_tensor_batch.values())
+        message = (
+            f"Size of tensordict: {tensor_bytes / 1024**3} GB, size of non_tensor_batch: {numpy_bytes / 1024**3} GB"
+        )
+        print(f"{prefix}, {message}" if prefix else message)
+
+
+def collate_fn(items: list[DataProtoItem]) -> DataProto:
+    """DataLoader collate: stack ``DataProtoItem`` rows back into a DataProto (no meta_info)."""
+    batch = torch.stack([item.batch for item in items]).contiguous()  # type: ignore[misc]
+    non_tensor = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
+    return DataProto(
+        batch=batch, non_tensor_batch={key: np.array(val, dtype=object) for key, val in non_tensor.items()}
+    )
+
+
+def _as_key_list(keys: str | list[str] | None) -> list[str]:
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return [keys]
+    if isinstance(keys, list):
+        return keys
+    raise TypeError(f"keys must be a list or a string, but got {type(keys).__name__}")
+
+
+def _unfold_or_repeat(value: Any, n_split: int, split: bool) -> Any:
+    """``[B, n·L, ...]`` → ``[B·n, L, ...]`` if ``split`` else repeat rows ``n_split`` times."""
+    if not split:
+        if isinstance(value, torch.Tensor):
+            return value.repeat_interleave(n_split, dim=0)
+        return np.repeat(value, n_split, axis=0)
+    require(value.shape[1] % n_split == 0, f"dim 1 of size {value.shape[1]} is not divisible by n_split={n_split}")
+    return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])

@@ -1,0 +1,171 @@
+"""The stages of one PPO/GRPO step, each a small method that takes the batch and returns it enriched.
+
+Batch keys each stage adds (B = samples, P = prompt length, R = response length):
+
+    generate        prompts [B,P], responses [B,R], input_ids/attention_mask/position_ids [B,P+R]
+                    (+ rollout_log_probs [B,R]); response_mask [B,R] on the driver
+    reward          token_level_scores [B,R] (+ rm_scores from a reward model; extra infos)
+    old_log_prob    old_log_probs [B,R]   (entropy only as the metric actor/entropy)
+    ref             ref_log_prob [B,R]
+    values          values [B,R]
+    advantage       token_level_rewards, advantages, returns [B,R]
+    update_critic   (metrics only)
+    update_actor    (metrics only)
+"""
+
+from __future__ import annotations
+
+import uuid
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybridrl.protocol import DataProto
+from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from hybridrl.trainer.ppo.driver_helpers import apply_kl_penalty, compute_advantage, compute_response_mask
+from hybridrl.trainer.ppo.reward import compute_reward
+from hybridrl.utils.metric import reduce_metrics
+from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+from hybridrl.utils.timer import simple_timer
+
+# Keys the rollout needs; everything else stays on the driver-side batch (verl 0.5's _get_gen_batch).
+_GEN_TENSOR_KEYS = ["input_ids", "attention_mask", "position_ids"]
+_GEN_NON_TENSOR_KEYS = ["raw_prompt_ids", "multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs"]
+
+
+class StagesMixin:
+    """Stage methods of :class:`~hybridrl.trainer.ppo.ray_trainer.RayPPOTrainer` (state lives there)."""
+
+    config: Any
+    tokenizer: Any
+
+    # ------------------------------------------------------------------ generate
+    def _pop_gen_batch(self, batch: DataProto) -> DataProto:
+        non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
+        gen_batch = batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys)
+        gen_batch.meta_info.update(
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            do_sample=True,
+            temperature=self.config.actor_rollout_ref.rollout.temperature,
+            global_steps=self.global_steps,
+        )
+        return gen_batch
+
+    def _generate(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        """uid per prompt → repeat n (interleaved) → generate → union; ReMax adds a greedy baseline."""
+        n = self.config.actor_rollout_ref.rollout.n
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        gen_batch = self._pop_gen_batch(batch)
+        with simple_timer("gen", timing_raw):
+            output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(n, interleave=True))
+        timing_raw.update(output.meta_info.pop("timing", {}))
+        metrics.update(reduce_metrics(output.meta_info.pop("metrics", {})))
+        if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
+            with simple_timer("gen_max", timing_raw):
+                batch.batch["reward_baselines"] = self._remax_baseline(batch, gen_batch)
+        batch = batch.repeat(n, interleave=True).union(output)
+        if "response_mask" not in batch.batch.keys():
+            batch.batch["response_mask"] = compute_response_mask(batch)
+        if self.config.trainer.balance_batch:
+            self._balance_batch(batch, metrics)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        return batch
+
+    def _remax_baseline(self, batch: DataProto, gen_batch: DataProto) -> torch.Tensor:
+        """Greedy rollout's sequence reward per prompt, ``[B_prompts]``."""
+        greedy = deepcopy(gen_batch)
+        greedy.meta_info["do_sample"] = False
+        output = self.actor_rollout_wg.generate_sequences(greedy)
+        baseline_batch = deepcopy(batch).union(output)
+        baseline_batch.batch["response_mask"] = compute_response_mask(baseline_batch)
+        reward_tensor, _ = compute_reward(baseline_batch, self.reward_fn)
+        return reward_tensor.sum(dim=-1)
+
+    def _balance_batch(self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen") -> None:
+        """Reorder rows so every data-parallel rank gets a similar token count (Karmarkar–Karp)."""
+        seqlens = batch.batch["attention_mask"].sum(-1).tolist()
+        world_size = self.actor_rollout_wg.world_size
+        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
+        batch.reorder(torch.tensor([i for part in partitions for i in part]))
+        metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=logging_prefix))
+
+    # ------------------------------------------------------------------ reward
+    def _compute_reward(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, dict]:
+        with simple_timer("reward", timing_raw):
+            if self.use_rm and "rm_scores" not in batch.batch.keys():
+                batch = batch.union(self.rm_wg.compute_rm_score(batch))
+            reward_tensor, extra_info = compute_reward(batch, self.reward_fn)
+        batch.batch["token_level_scores"] = reward_tensor
+        if extra_info:
+            batch.non_tensor_batch.update({k: np.array(v) for k, v in extra_info.items()})
+        return batch, extra_info
+
+    # ------------------------------------------------------------------ log-probs and values
+    def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        with simple_timer("old_log_prob", timing_raw):
+            old = self.actor_rollout_wg.compute_log_prob(batch)
+        entropys = old.batch.pop("entropys", None)
+        if entropys is not None:
+            loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
+            entropy = agg_loss(loss_mat=entropys, loss_mask=batch.batch["response_mask"], loss_agg_mode=loss_agg_mode)
+            metrics["actor/entropy"] = entropy.item()
+        metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
+        batch = batch.union(old)
+        if "rollout_log_probs" in batch.batch.keys():
+            metrics.update(self._rollout_consistency_metrics(batch))
+        return batch
+
+    def _compute_ref_log_prob(self, batch: DataProto, timing_raw: dict) -> DataProto:
+        with simple_timer("ref", timing_raw):
+            worker = self.actor_rollout_wg if self.ref_in_actor else self.ref_policy_wg
+            return batch.union(worker.compute_ref_log_prob(batch))
+
+    def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
+        with simple_timer("values", timing_raw):
+            return batch.union(self.critic_wg.compute_values(batch))
+
+    # ------------------------------------------------------------------ advantages (driver)
+    def _compute_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        algo = self.config.algorithm
+        with simple_timer("adv", timing_raw):
+            if algo.use_kl_in_reward:
+                batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            return compute_advantage(
+                batch,
+                adv_estimator=algo.adv_estimator,
+                gamma=algo.gamma,
+                lam=algo.lam,
+                num_repeat=self.config.actor_rollout_ref.rollout.n,
+                norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True),
+                config=algo,
+            )
+
+    # ------------------------------------------------------------------ updates
+    def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        with simple_timer("update_critic", timing_raw):
+            output = self.critic_wg.update_critic(batch)
+        metrics.update(reduce_metrics(output.meta_info["metrics"]))
+
+    def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        with simple_timer("update_actor", timing_raw):
+            output = self.actor_rollout_wg.update_actor(batch)
+        metrics.update(reduce_metrics(output.meta_info["metrics"]))
+
+    def _rollout_consistency_metrics(self, batch: DataProto) -> dict[str, float]:
+        """training/rollout_probs_diff_{max,mean,std}, checked against the configured bound."""
+        from hybridrl.workers.rollout.consistency import check_rollout_probs_diff, compute_rollout_probs_diff_metrics
+
+        found = compute_rollout_probs_diff_metrics(
+            batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], batch.batch["response_mask"]
+        )
+        bound = self.config.trainer.get("rollout_probs_diff_max_bound", None)
+        if bound is not None:
+            check_rollout_probs_diff(found, bound)
+        return found

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# README command 2: set up the environment and run the whole test suite,
+# fast tests first, then the slow (end-to-end, multi-process) ones.
+#   bash scripts/test.sh            # everything
+#   bash scripts/test.sh fast       # only the fast subset (what you run while developing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+VENV="${HYBRIDRL_VENV:-.venv}"
+export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+
+run_pytest() {  # pytest exits 5 when nothing was collected: that must never pass silently.
+  local rc=0
+  "$VENV/bin/python" -m pytest "$@" || rc=$?
+  if [ "$rc" -eq 5 ]; then echo "[test] ERROR: no tests collected for: $*" >&2; return 1; fi
+  return "$rc"
+}
+
+echo "[test] fast suite"
+run_pytest -m "not slow" -q -p no:cacheprovider
+if [ "${1:-all}" != "fast" ]; then
+  echo "[test] slow suite (end-to-end, multi-process)"
+  run_pytest -m "slow" -q -p no:cacheprovider
+fi

@@ -14,21 +14,20 @@ Row operations (index, slice, chunk, concat, repeat, reorder) apply to ``batch``
 from __future__ import annotations
 
 import copy
-import logging
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
-import torch.distributed
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
 from hybridrl.protocol_extras import (
     DataProtoFuture,
     all_gather_data_proto,
+    collate_fn,
     fold_batch_dim,
     pad_dataproto_to_divisor,
     unfold_batch_dim,
@@ -36,11 +35,18 @@ from hybridrl.protocol_extras import (
 )
 from hybridrl.protocol_ops import (
     DataProtoConfig,
+    as_key_list,
+    chunk_sizes,
+    common_batch_size,
     deserialize_tensordict,
     list_of_dict_to_dict_of_list,
     merge_meta_info,
     require,
+    require_batch,
     serialize_tensordict,
+    tensor_items,
+    tile_rows,
+    unfold_or_repeat_rows,
     union_numpy_dict,
     union_tensor_dict,
     union_two_dict,
@@ -62,8 +68,6 @@ __all__ = [
     "union_two_dict",
     "unpad_dataproto",
 ]
-
-logger = logging.getLogger(__name__)
 
 Index = int | np.integer | slice | list[Any] | np.ndarray | torch.Tensor
 
@@ -120,7 +124,7 @@ class DataProto:
         if isinstance(item, list | np.ndarray | torch.Tensor):
             return self.select_idxs(item)
         if isinstance(item, int | np.integer):
-            row_batch = self.batch[item] if self.batch is not None else None
+            row_batch = self.batch[int(item)] if self.batch is not None else None
             row_non_tensor = {key: val[item] for key, val in self.non_tensor_batch.items()}
             return DataProtoItem(batch=row_batch, non_tensor_batch=row_non_tensor, meta_info=self.meta_info)
         raise TypeError(f"Indexing DataProto with {type(item).__name__} is not supported")
@@ -162,16 +166,7 @@ class DataProto:
         tensors = tensors or {}
         meta_info = {} if meta_info is None else meta_info
         non_tensors = {} if non_tensors is None else non_tensors
-        batch_size, pivot_key = None, None
-        for key, tensor in tensors.items():
-            current = tensor.shape[:num_batch_dims]
-            if batch_size is None:
-                batch_size, pivot_key = current, key
-            require(
-                current == batch_size,
-                f"Not all tensors have the same batch size with batch_dims={num_batch_dims}: "
-                f"'{pivot_key}' has {list(batch_size)}, '{key}' has {list(current)}",
-            )
+        batch_size = common_batch_size(tensors, num_batch_dims)
         for key, val in non_tensors.items():
             if not isinstance(val, np.ndarray):
                 non_tensors[key] = np.array(val, dtype=object)
@@ -198,10 +193,10 @@ class DataProto:
         """A DataProto with only the given keys (``None`` keeps all); tensors are shared, not copied."""
         sub_batch = self.batch
         if batch_keys is not None:
-            require(self.batch is not None, f"select: batch_keys {list(batch_keys)} given but the batch is None")
-            missing = [key for key in batch_keys if key not in self.batch.keys()]
-            require(not missing, f"select: batch keys {missing} not found; available: {sorted(self.batch.keys())}")
-            sub_batch = self.batch.select(*batch_keys)
+            batch = require_batch(self.batch, f"select(batch_keys={list(batch_keys)})")
+            missing = [key for key in batch_keys if key not in batch.keys()]
+            require(not missing, f"select: batch keys {missing} not found; available: {sorted(batch.keys())}")
+            sub_batch = batch.select(*batch_keys)
         non_tensor = self.non_tensor_batch
         if non_tensor_batch_keys is not None:
             non_tensor = {k: v for k, v in self.non_tensor_batch.items() if k in non_tensor_batch_keys}
@@ -219,10 +214,13 @@ class DataProto:
         meta_info_keys: Sequence[str] | None = None,
     ) -> DataProto:
         """Remove the given keys from self and return them as a new DataProto."""
-        tensors, non_tensors, meta_info = {}, {}, {}
+        tensors: dict[str, torch.Tensor] = {}
+        non_tensors: dict[str, Any] = {}
+        meta_info: dict[str, Any] = {}
         for key in batch_keys or []:
-            require(self.batch is not None and key in self.batch.keys(), f"pop: batch key '{key}' not found")
-            tensors[key] = self.batch.pop(key)
+            batch = require_batch(self.batch, f"pop(batch_keys=['{key}'])")
+            require(key in batch.keys(), f"pop: batch key '{key}' not found; available: {sorted(batch.keys())}")
+            tensors[key] = cast(torch.Tensor, batch.pop(key))
         for key in non_tensor_batch_keys or []:
             require(key in self.non_tensor_batch, f"pop: non_tensor_batch key '{key}' not found")
             non_tensors[key] = self.non_tensor_batch.pop(key)
@@ -233,13 +231,15 @@ class DataProto:
 
     def rename(self, old_keys: str | list[str] | None = None, new_keys: str | list[str] | None = None) -> DataProto:
         """Rename ``batch`` keys in place (non-tensor and meta keys are untouched); returns self."""
-        old, new = _as_key_list(old_keys), _as_key_list(new_keys)
+        old, new = as_key_list(old_keys), as_key_list(new_keys)
         if len(old) != len(new):
             raise ValueError(f"new_keys and old_keys must have the same length, got {len(new)} and {len(old)}")
-        require(self.batch is not None or not old, "rename: the batch is None")
         for old_key, new_key in zip(old, new):
-            require(self.batch is not None and old_key in self.batch.keys(), f"rename: batch key '{old_key}' not found")
-            self.batch.rename_key_(old_key, new_key)  # type: ignore[union-attr]
+            batch = require_batch(self.batch, "rename")
+            require(
+                old_key in batch.keys(), f"rename: batch key '{old_key}' not found; available: {sorted(batch.keys())}"
+            )
+            batch.rename_key_(old_key, new_key)
         return self
 
     def union(self, other: DataProto) -> DataProto:
@@ -255,6 +255,17 @@ class DataProto:
 
     # ------------------------------------------------------------------ rows
 
+    def _map_rows(
+        self, num_rows: int, tensor_fn: Callable[[str, torch.Tensor], torch.Tensor], array_fn: Callable[[str, Any], Any]
+    ) -> DataProto:
+        """A new DataProto of ``num_rows`` rows from per-key row transforms; meta_info is shared."""
+        batch = None
+        if self.batch is not None:
+            source = {key: tensor_fn(key, tensor) for key, tensor in tensor_items(self.batch)}
+            batch = TensorDict(source=source, batch_size=(num_rows,), device=self.batch.device)
+        non_tensor = {key: array_fn(key, val) for key, val in self.non_tensor_batch.items()}
+        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
     def select_idxs(self, idxs: list[Any] | np.ndarray | torch.Tensor) -> DataProto:
         """Rows at integer indices, or where a bool mask is True, as a new DataProto."""
         if isinstance(idxs, list):
@@ -264,12 +275,7 @@ class DataProto:
         idxs_torch = torch.from_numpy(idxs) if isinstance(idxs, np.ndarray) else idxs
         idxs_np = idxs_torch.detach().cpu().numpy()
         size = int(idxs_np.sum()) if idxs_np.dtype == bool else int(idxs_np.shape[0])
-        batch = None
-        if self.batch is not None:
-            source = {key: tensor[idxs_torch.to(tensor.device)] for key, tensor in self.batch.items()}
-            batch = TensorDict(source=source, batch_size=(size,), device=self.batch.device)
-        non_tensor = {key: val[idxs_np] for key, val in self.non_tensor_batch.items()}
-        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+        return self._map_rows(size, lambda _, t: t[idxs_torch.to(t.device)], lambda _, v: v[idxs_np])
 
     def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
         """Rows ``[start:end:step]`` as a new DataProto (tensors are views)."""
@@ -287,31 +293,26 @@ class DataProto:
 
     def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
         """Repeat every row: interleaved ``[a, a, b, b]`` (used for ``rollout.n``) or tiled ``[a, b, a, b]``."""
-        batch = None
-        if self.batch is not None:
-            if interleave:
-                source = {key: t.repeat_interleave(repeat_times, dim=0) for key, t in self.batch.items()}
-            else:
-                source = {key: t.repeat(repeat_times, *([1] * (t.dim() - 1))) for key, t in self.batch.items()}
-            batch = TensorDict(source=source, batch_size=(len(self) * repeat_times,), device=self.batch.device)
-        non_tensor = {
-            key: np.repeat(val, repeat_times, axis=0)
-            if interleave
-            else np.tile(val, (repeat_times,) + (1,) * (val.ndim - 1))
-            for key, val in self.non_tensor_batch.items()
-        }
-        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+        num_rows = len(self) * repeat_times
+        if interleave:
+            return self._map_rows(
+                num_rows,
+                lambda _, t: t.repeat_interleave(repeat_times, dim=0),
+                lambda _, v: np.repeat(v, repeat_times, 0),
+            )
+        return self._map_rows(
+            num_rows, lambda _, t: tile_rows(t, repeat_times), lambda _, v: tile_rows(v, repeat_times)
+        )
 
     def sample_level_repeat(self, repeat_times: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
         """Repeat row ``i`` ``repeat_times[i]`` times (interleaved)."""
         counts = torch.as_tensor(list(repeat_times) if isinstance(repeat_times, tuple) else repeat_times)
         require(counts.dim() == 1 and counts.numel() == len(self), f"repeat_times must be 1-D of length {len(self)}")
-        batch = None
-        if self.batch is not None:
-            source = {key: t.repeat_interleave(counts.to(t.device), dim=0) for key, t in self.batch.items()}
-            batch = TensorDict(source=source, batch_size=(int(counts.sum()),), device=self.batch.device)
-        non_tensor = {key: np.repeat(val, counts.numpy(), axis=0) for key, val in self.non_tensor_batch.items()}
-        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+        return self._map_rows(
+            int(counts.sum()),
+            lambda _, t: t.repeat_interleave(counts.to(t.device), dim=0),
+            lambda _, v: np.repeat(v, counts.numpy(), axis=0),
+        )
 
     def unfold_column_chunks(self, n_split: int, split_keys: Sequence[str] | None = None) -> DataProto:
         """Split dim 1 of ``split_keys`` into ``n_split`` pieces moved into the batch dim; repeat other keys.
@@ -319,12 +320,11 @@ class DataProto:
         ``[B, n·L]`` → ``[B·n, L]`` for split keys; other keys ``[B, ...]`` → ``[B·n, ...]`` (interleaved).
         """
         split = set(split_keys or [])
-        batch = None
-        if self.batch is not None:
-            source = {key: _unfold_or_repeat(t, n_split, key in split) for key, t in self.batch.items()}
-            batch = TensorDict(source=source, batch_size=(len(self) * n_split,), device=self.batch.device)
-        non_tensor = {key: _unfold_or_repeat(v, n_split, key in split) for key, v in self.non_tensor_batch.items()}
-        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=self.meta_info)
+
+        def unfold(key: str, value: Any) -> Any:
+            return unfold_or_repeat_rows(value, n_split, key in split)
+
+        return self._map_rows(len(self) * n_split, unfold, unfold)
 
     # ------------------------------------------------------------------ split / join
 
@@ -348,10 +348,7 @@ class DataProto:
                 f"only support equal chunk. Got size of DataProto {len(self)} and chunk {chunks}; "
                 "enable DataProtoConfig.auto_padding or pad with pad_dataproto_to_divisor",
             )
-        # torch.chunk sizes: ceil(B / chunks) each, the last part smaller (possibly fewer parts).
-        boundaries = [len(part) for part in torch.arange(len(self)).chunk(chunks)] if len(self) else []
-        boundaries += [0] * (chunks - len(boundaries))
-        offsets = np.cumsum([0, *boundaries])
+        offsets = np.cumsum([0, *chunk_sizes(len(self), chunks)])
         return [self.slice(int(offsets[i]), int(offsets[i + 1])) for i in range(chunks)]
 
     def split(self, split_size: int) -> list[DataProto]:
@@ -363,7 +360,7 @@ class DataProto:
         """Concatenate rows; meta_info is merged (non-metric keys must agree, ``metrics`` → dict of lists)."""
         require(len(data) > 0, "concat: got an empty list of DataProto")
         batches = [d.batch for d in data]
-        batch = torch.cat(batches, dim=0) if batches[0] is not None else None  # type: ignore[arg-type]
+        batch = cast(TensorDict, torch.cat(batches, dim=0)) if batches[0] is not None else None  # type: ignore[arg-type]
         non_tensor_lists = list_of_dict_to_dict_of_list([d.non_tensor_batch for d in data])
         non_tensor = {key: np.concatenate(val, axis=0) for key, val in non_tensor_lists.items()}
         meta_info = merge_meta_info([d.meta_info for d in data])
@@ -382,7 +379,7 @@ class DataProto:
         """
         require(len(self) % mini_batch_size == 0, f"{len(self)} % {mini_batch_size} != 0")
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        loader = DataLoader(
+        loader: DataLoader[DataProtoItem] = DataLoader(
             dataset=self,  # type: ignore[arg-type]
             batch_size=mini_batch_size,
             collate_fn=collate_fn,
@@ -419,38 +416,10 @@ class DataProto:
 
     def print_size(self, prefix: str = "") -> None:
         """Print the GB held by ``batch`` and by ``non_tensor_batch``."""
-        tensor_bytes = sum(t.element_size() * t.numel() for t in self.batch.values()) if self.batch is not None else 0
+        tensors = tensor_items(self.batch) if self.batch is not None else []
+        tensor_bytes = sum(t.element_size() * t.numel() for _, t in tensors)
         numpy_bytes = sum(arr.nbytes for arr in self.non_tensor_batch.values())
         message = (
             f"Size of tensordict: {tensor_bytes / 1024**3} GB, size of non_tensor_batch: {numpy_bytes / 1024**3} GB"
         )
         print(f"{prefix}, {message}" if prefix else message)
-
-
-def collate_fn(items: list[DataProtoItem]) -> DataProto:
-    """DataLoader collate: stack ``DataProtoItem`` rows back into a DataProto (no meta_info)."""
-    batch = torch.stack([item.batch for item in items]).contiguous()  # type: ignore[misc]
-    non_tensor = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
-    return DataProto(
-        batch=batch, non_tensor_batch={key: np.array(val, dtype=object) for key, val in non_tensor.items()}
-    )
-
-
-def _as_key_list(keys: str | list[str] | None) -> list[str]:
-    if keys is None:
-        return []
-    if isinstance(keys, str):
-        return [keys]
-    if isinstance(keys, list):
-        return keys
-    raise TypeError(f"keys must be a list or a string, but got {type(keys).__name__}")
-
-
-def _unfold_or_repeat(value: Any, n_split: int, split: bool) -> Any:
-    """``[B, n·L, ...]`` → ``[B·n, L, ...]`` if ``split`` else repeat rows ``n_split`` times."""
-    if not split:
-        if isinstance(value, torch.Tensor):
-            return value.repeat_interleave(n_split, dim=0)
-        return np.repeat(value, n_split, axis=0)
-    require(value.shape[1] % n_split == 0, f"dim 1 of size {value.shape[1]} is not divisible by n_split={n_split}")
-    return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])

@@ -11,21 +11,22 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 import torch.distributed
 from tensordict import TensorDict
 
-from hybridrl.protocol_ops import require
+from hybridrl.protocol_ops import list_of_dict_to_dict_of_list, require
 
 if TYPE_CHECKING:
-    from hybridrl.protocol import DataProto
+    from hybridrl.protocol import DataProto, DataProtoItem
 
 __all__ = [
     "DataProtoFuture",
     "all_gather_data_proto",
+    "collate_fn",
     "fold_batch_dim",
     "pad_dataproto_to_divisor",
     "unfold_batch_dim",
@@ -62,6 +63,17 @@ def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataPr
 def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     """Drop the last ``pad_size`` rows (``data[:-pad_size]``); no-op for 0."""
     return data[:-pad_size] if pad_size != 0 else data
+
+
+def collate_fn(items: list[DataProtoItem]) -> DataProto:
+    """DataLoader collate: stack ``DataProtoItem`` rows back into a DataProto (no meta_info)."""
+    from hybridrl.protocol import DataProto
+
+    batch = cast(TensorDict, torch.stack([item.batch for item in items])).contiguous()  # type: ignore[misc]
+    non_tensor = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
+    return DataProto(
+        batch=batch, non_tensor_batch={key: np.array(val, dtype=object) for key, val in non_tensor.items()}
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -11,13 +11,17 @@ from __future__ import annotations
 import io
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
 __all__ = [
+    "require_batch",
+    "tensor_items",
+    "chunk_sizes",
+    "common_batch_size",
     "DataProtoConfig",
     "deserialize_tensordict",
     "list_of_dict_to_dict_of_list",
@@ -66,6 +70,77 @@ class DataProtoConfig(metaclass=_DataProtoConfigMeta):
     Also enabled by env ``VERL_AUTO_PADDING`` / ``HYBRIDRL_AUTO_PADDING`` = ``1``/``true``, or per
     DataProto by the meta key ``_verl_auto_padding``.
     """
+
+
+# ---------------------------------------------------------------------------
+# Row helpers
+# ---------------------------------------------------------------------------
+
+
+def tensor_items(batch: TensorDict) -> list[tuple[str, torch.Tensor]]:
+    """``batch.items()`` typed as plain tensors (a DataProto batch holds no nested TensorDicts)."""
+    return [(key, cast(torch.Tensor, value)) for key, value in batch.items()]
+
+
+def require_batch(batch: TensorDict | None, operation: str) -> TensorDict:
+    """``batch`` itself, or an AssertionError naming ``operation`` if the DataProto has no tensor batch."""
+    if batch is None:
+        raise AssertionError(f"{operation}: this DataProto has no tensor batch (batch is None)")
+    return batch
+
+
+def as_key_list(keys: str | list[str] | None) -> list[str]:
+    """``None`` → ``[]``, ``"a"`` → ``["a"]``, a list unchanged; anything else is a TypeError."""
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return [keys]
+    if isinstance(keys, list):
+        return keys
+    raise TypeError(f"keys must be a list or a string, but got {type(keys).__name__}")
+
+
+def common_batch_size(tensors: dict[str, torch.Tensor], num_batch_dims: int) -> torch.Size | None:
+    """The shared leading ``num_batch_dims`` dims of all tensors (``None`` if there are none)."""
+    batch_size, pivot_key = None, None
+    for key, tensor in tensors.items():
+        current = tensor.shape[:num_batch_dims]
+        if batch_size is None:
+            batch_size, pivot_key = current, key
+        require(
+            current == batch_size,
+            f"Not all tensors have the same batch size with batch_dims={num_batch_dims}: "
+            f"'{pivot_key}' has {list(batch_size)}, '{key}' has {list(current)}",
+        )
+    return batch_size
+
+
+def chunk_sizes(num_rows: int, chunks: int) -> list[int]:
+    """Row counts of ``chunks`` parts, as ``torch.chunk``: ``ceil(num_rows / chunks)`` each, the rest last.
+
+    ``torch.chunk`` may return fewer parts (5 rows in 4 → 2, 2, 1); the missing parts are empty here,
+    so the result always has ``chunks`` entries: ``[2, 2, 1, 0]``.
+    """
+    require(chunks > 0, f"chunks must be positive, got {chunks}")
+    per_chunk = -(-num_rows // chunks)
+    sizes = [min(per_chunk, max(num_rows - i * per_chunk, 0)) for i in range(chunks)]
+    return sizes
+
+
+def tile_rows(value: Any, times: int) -> Any:
+    """Tile the rows of a tensor or array: ``[a, b]`` → ``[a, b, a, b]`` for ``times=2``."""
+    reps = (times,) + (1,) * (value.ndim - 1)
+    return value.repeat(*reps) if isinstance(value, torch.Tensor) else np.tile(value, reps)
+
+
+def unfold_or_repeat_rows(value: Any, n_split: int, split: bool) -> Any:
+    """``[B, n·L, ...]`` → ``[B·n, L, ...]`` if ``split``, else repeat each row ``n_split`` times."""
+    if not split:
+        if isinstance(value, torch.Tensor):
+            return value.repeat_interleave(n_split, dim=0)
+        return np.repeat(value, n_split, axis=0)
+    require(value.shape[1] % n_split == 0, f"dim 1 of size {value.shape[1]} is not divisible by n_split={n_split}")
+    return value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])
 
 
 # ---------------------------------------------------------------------------
@@ -215,7 +290,7 @@ def serialize_tensordict(batch: TensorDict | None) -> Any:
     if batch is None:
         return None
     if os.getenv(_SERIALIZATION_ENV) == "numpy":
-        items = {key: _encode_tensor(value) for key, value in batch.items()}
+        items = {key: _encode_tensor(value) for key, value in tensor_items(batch)}
         device = str(batch.device) if batch.device is not None else None
         return tuple(batch.batch_size), device, items
     if len(batch.keys()) > 0:

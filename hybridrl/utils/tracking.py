@@ -3,7 +3,7 @@
 Backends (``trainer.logger``): ``console`` (verl's ``step:N - key:value - ...`` line), ``tensorboard``
 (real event files under ``$TENSORBOARD_DIR`` or ``tensorboard_log/{project}/{experiment}``), ``wandb``
 (falls back to offline mode with a one-line notice when no API key is configured, so a default config
-never hangs on a login prompt), ``mlflow`` (local file store unless ``MLFLOW_TRACKING_URI`` is set) and
+never hangs on a login prompt), ``mlflow`` (verl's local SQLite store ``/tmp/mlruns.db`` unless ``MLFLOW_TRACKING_URI`` is set) and
 ``file`` (JSONL at ``$VERL_FILE_LOGGER_PATH`` or ``{$VERL_FILE_LOGGER_ROOT or .}/{project}/{experiment}.jsonl``).
 """
 
@@ -96,7 +96,7 @@ class MlflowBackend:
     def __init__(self, project: str, experiment: str, config: dict | None):
         import mlflow
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI", "file:" + os.path.abspath("mlruns"))
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "sqlite:////tmp/mlruns.db")  # verl's default store
         mlflow.set_tracking_uri(uri)
         mlflow.set_experiment(project)
         self.mlflow = mlflow

@@ -1,0 +1,1 @@
+"""Trainers and their command-line entry points (main_ppo, ...)."""

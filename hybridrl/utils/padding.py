@@ -1,0 +1,116 @@
+"""Remove-padding ("rmpad") helpers: pack the valid tokens of a padded batch into one row and back.
+
+verl's ``use_remove_padding`` path feeds the model a single ``[1, nnz]`` row holding every valid
+token of the micro-batch, with ``position_ids`` that restart at 0 for each sequence. The model must
+then attend only within each sequence. transformers >= 4.54 (5.x here) does that without
+flash-attn: when ``attention_mask is None`` and no KV cache is used, ``masking_utils`` detects the
+restarts in ``position_ids`` (``find_packed_sequence_indices``) and builds a block-diagonal causal
+mask for the sdpa / eager kernels; its flash-attention integration derives ``cu_seqlens`` from the
+same position ids. So the packed path needs no kernel of its own, only these index helpers
+(the flash-attn ``bert_padding`` functions verl imports, reimplemented in plain torch).
+
+Notation:
+    B: batch size, S: padded sequence length, nnz: number of valid (attended) tokens in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["PackedBatch", "pack_sequences", "pad_input", "unpad_input"]
+
+
+def unpad_input(
+    hidden_states: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Keep the attended positions of a padded batch.
+
+    Args:
+        hidden_states: ``[B, S, ...]`` (e.g. ``input_ids [B, S]`` or embeddings ``[B, S, D]``).
+        attention_mask: ``[B, S]``, 1 for valid tokens (any padding side, holes allowed).
+
+    Returns:
+        ``(packed [nnz, ...], indices [nnz], cu_seqlens [B+1] int32, max_seqlen)`` where ``indices``
+        are flat positions in ``B*S`` (row-major) and ``cu_seqlens`` the cumulative valid lengths.
+    """
+    seqlens = attention_mask.sum(dim=-1, dtype=torch.int32)  # [B]
+    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()  # [nnz]
+    max_seqlen = int(seqlens.max().item()) if seqlens.numel() else 0
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])  # [B*S, ...]
+    return flat[indices], indices, cu_seqlens, max_seqlen
+
+
+def pad_input(packed: torch.Tensor, indices: torch.Tensor, batch: int, seqlen: int) -> torch.Tensor:
+    """Inverse of :func:`unpad_input`: scatter ``packed [nnz, ...]`` back to ``[B, S, ...]`` (zeros elsewhere).
+
+    Differentiable with respect to ``packed`` (index_put on a fresh zero tensor).
+    """
+    output = torch.zeros(batch * seqlen, *packed.shape[1:], dtype=packed.dtype, device=packed.device)
+    output = output.index_put((indices,), packed)
+    return output.view(batch, seqlen, *packed.shape[1:])
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """A padded batch packed into one row for a padding-free forward.
+
+    Attributes:
+        input_ids: ``[1, nnz]`` valid tokens of all sequences, back to back.
+        position_ids: ``[1, nnz]`` positions; each sequence restarts at 0 (this is what tells the
+            attention kernels where one sequence ends and the next begins).
+        indices: ``[nnz]`` flat positions in the padded ``[B, S]`` batch (for :func:`pad_input`).
+        cu_seqlens: ``[B+1]`` cumulative sequence lengths.
+        batch: ``B``; seqlen: ``S``.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    indices: torch.Tensor
+    cu_seqlens: torch.Tensor
+    batch: int
+    seqlen: int
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        """``[nnz, ...]`` (or ``[1, nnz, ...]``) per-token values → ``[B, S, ...]`` padded with zeros."""
+        if packed.dim() > 1 and packed.shape[0] == 1 and packed.shape[1] == self.indices.numel():
+            packed = packed.squeeze(0)
+        return pad_input(packed, self.indices, self.batch, self.seqlen)
+
+
+def pack_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> PackedBatch:
+    """Pack a padded batch into a single row (verl's rmpad inputs).
+
+    Args:
+        input_ids: ``[B, S]`` token ids (left- and/or right-padded).
+        attention_mask: ``[B, S]`` 1 for valid tokens.
+        position_ids: ``[B, S]`` positions of the padded batch; valid tokens of each sequence must
+            start at 0 and increase by 1 (``compute_position_id_with_mask`` gives exactly that).
+
+    Returns:
+        A :class:`PackedBatch` whose ``input_ids``/``position_ids`` are ``[1, nnz]``.
+
+    Raises:
+        ValueError: if a sequence's valid positions do not start at 0 — the attention kernels would
+            then merge it with its neighbour, silently changing the result.
+    """
+    batch, seqlen = input_ids.shape
+    packed_ids, indices, cu_seqlens, _ = unpad_input(input_ids.unsqueeze(-1), attention_mask)
+    packed_pos, _, _, _ = unpad_input(position_ids.unsqueeze(-1), attention_mask)
+    starts = cu_seqlens[:-1][cu_seqlens[1:] > cu_seqlens[:-1]].long()  # first token of each non-empty sequence
+    if starts.numel() and bool((packed_pos[starts, 0] != 0).any()):
+        raise ValueError(
+            "use_remove_padding needs position_ids that restart at 0 for the first valid token of every "
+            "sequence (e.g. compute_position_id_with_mask(attention_mask)); got first positions "
+            f"{packed_pos[starts, 0].tolist()}."
+        )
+    return PackedBatch(
+        input_ids=packed_ids.transpose(0, 1),  # [1, nnz]
+        position_ids=packed_pos.transpose(0, 1),
+        indices=indices,
+        cu_seqlens=cu_seqlens,
+        batch=batch,
+        seqlen=seqlen,
+    )

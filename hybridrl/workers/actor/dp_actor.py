@@ -1,0 +1,245 @@
+"""Data-parallel PPO actor: log-probs and the PPO update of one rank (verl 0.5 ``dp_actor``).
+
+Each rank holds ``ppo_mini_batch_size`` samples per mini-batch (already normalised per rank by the
+worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
+
+    for epoch in ppo_epochs:
+        for mini_batch in data.split(ppo_mini_batch_size):          # one optimizer step each
+            for micro_batch in mini_batch (fixed size or token budget):
+                loss = policy_loss(micro) * scale ; loss.backward()  # gradient accumulation
+            clip_grad_and_step(grad_clip)
+
+    policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
+    scale       = 1 / (mini / micro)                  fixed micro-batches
+                = B_micro / ppo_mini_batch_size       use_dynamic_bsz (verl 0.5: the sample share)
+
+With FSDP, gradients are averaged across ranks by the reduce-scatter, so each rank's scale is
+relative to its own mini-batch and the ranks together reproduce the global-batch update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from hybridrl.protocol import DataProto
+from hybridrl.utils.device import get_device_name
+from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
+from hybridrl.workers.actor.base import BasePPOActor, append_to_dict
+from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
+
+__all__ = ["DataParallelPPOActor"]
+
+_LOG_PROB_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+_UPDATE_KEYS = [*_LOG_PROB_KEYS, "response_mask", "old_log_probs", "advantages"]
+
+
+def compute_dtype_context(device_name: str) -> contextlib.AbstractContextManager[Any]:
+    """verl runs forwards under ``autocast(bf16)``; on CPU that would silently change fp32 numerics,
+    so autocast is used on CUDA only (the FSDP mixed-precision policy sets the CPU compute dtype)."""
+    if device_name == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+class DataParallelPPOActor(BasePPOActor):
+    """PPO actor over an HF causal LM (plain, FSDP1 or FSDP2). Without an optimizer it is a reference policy.
+
+    Args:
+        config: the ``actor_rollout_ref.actor`` section (or ``.ref`` for a reference policy).
+        actor_module: the causal LM.
+        actor_optimizer: its optimizer; ``None`` for a frozen reference.
+        use_remove_padding: pack sequences (``actor_rollout_ref.model.use_remove_padding``); defaults to
+            ``config.use_remove_padding`` when present, else False.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        actor_module: nn.Module,
+        actor_optimizer: torch.optim.Optimizer | None = None,
+        use_remove_padding: bool | None = None,
+    ) -> None:
+        super().__init__(config)
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        if use_remove_padding is None:
+            use_remove_padding = bool(config.get("use_remove_padding", False))
+        self.use_remove_padding = use_remove_padding
+        self.device_name = get_device_name()
+        self._entropy_fn = (
+            entropy_from_logits_with_chunking
+            if config.get("entropy_from_logits_with_chunking", False)
+            else entropy_from_logits
+        )
+
+    # ------------------------------------------------------------------ forward
+
+    def _forward_micro_batch(
+        self, micro_batch: Any, temperature: float, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Returns ``(entropy [B, R] | None, log_probs [B, R])`` of the response tokens at ``temperature``."""
+
+        def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
+            logits = logits / temperature  # not in place: logits may be a view needed for backward
+            outputs = [logprobs_from_logits(logits, next_tokens)]
+            if calculate_entropy:
+                if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():
+                    outputs.append(torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False))
+                else:
+                    outputs.append(self._entropy_fn(logits))
+            return outputs
+
+        with compute_dtype_context(self.device_name):
+            outputs = forward_response(self.actor_module, micro_batch, self.use_remove_padding, token_fn)
+        entropy = outputs[1] if calculate_entropy else None
+        return entropy, outputs[0]
+
+    def compute_log_prob(
+        self, data: DataProto, calculate_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of ``responses`` under the current weights, without gradients.
+
+        ``data.meta_info`` must hold ``micro_batch_size``, ``temperature``, ``use_dynamic_bsz`` and
+        (with dynamic bsz) ``max_token_len`` — the worker fills them from its config.
+
+        Returns:
+            ``(log_probs [B, R], entropys [B, R] | None)`` in the input row order.
+        """
+        self.actor_module.eval()
+        meta = data.meta_info
+        if "temperature" not in meta:
+            raise KeyError("compute_log_prob: data.meta_info['temperature'] is required (rollout.temperature).")
+        batch = data.select(batch_keys=_LOG_PROB_KEYS).batch
+        micro_batches, order = split_micro_batches(
+            batch, meta.get("micro_batch_size"), bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len")
+        )
+        log_probs, entropys = [], []
+        with torch.no_grad():
+            for micro_batch in micro_batches:
+                entropy, log_prob = self._forward_micro_batch(micro_batch, meta["temperature"], calculate_entropy)
+                log_probs.append(log_prob)
+                if entropy is not None:
+                    entropys.append(entropy)
+        log_prob_all = restore_order(torch.cat(log_probs, dim=0), order)
+        entropy_all = restore_order(torch.cat(entropys, dim=0), order) if calculate_entropy else None
+        return log_prob_all, entropy_all
+
+    # ------------------------------------------------------------------ update
+
+    def _policy_loss(self, micro_batch: Any, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """``policy_loss`` of one micro-batch (unscaled) and its metrics."""
+        from hybridrl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+
+        config = self.config
+        response_mask = micro_batch["response_mask"]
+        loss_agg_mode = config.loss_agg_mode
+        entropy_coeff = config.get("entropy_coeff", 0.0)
+        # verl computes the entropy only when it enters the loss
+        entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
+        loss_mode = config.get("policy_loss", {}).get("loss_mode", "vanilla")
+        pg_loss, metrics = _call_policy_loss(
+            get_policy_loss_fn(loss_mode),
+            micro_batch["old_log_probs"],
+            log_prob,
+            micro_batch["advantages"],
+            response_mask,
+            loss_agg_mode,
+            config,
+        )
+        policy_loss = pg_loss
+        if entropy is not None:
+            entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            policy_loss = policy_loss - entropy_coeff * entropy_loss
+            metrics["actor/entropy"] = entropy_loss.detach().item()
+        if config.get("use_kl_loss", False):
+            kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], config.kl_loss_type)
+            kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            policy_loss = policy_loss + config.kl_loss_coef * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.detach().item()
+            metrics["actor/kl_coef"] = float(config.kl_loss_coef)
+        metrics["actor/pg_loss"] = pg_loss.detach().item()
+        return policy_loss, metrics
+
+    def _optimizer_step(self) -> float:
+        """Clip to ``grad_clip`` and step (skipped, grads zeroed, when the norm is not finite)."""
+        from hybridrl.workers.engine import clip_grad_and_step
+
+        assert self.actor_optimizer is not None
+        grad_norm, _stepped = clip_grad_and_step(self.actor_module, self.actor_optimizer, self.config.grad_clip)
+        return float(grad_norm)
+
+    def update_policy(self, data: DataProto) -> dict[str, list[float]]:
+        """PPO update over ``ppo_epochs`` × mini-batches × micro-batches (see the module docstring).
+
+        ``data.batch`` needs ``responses, input_ids, attention_mask, position_ids, response_mask,
+        old_log_probs, advantages`` (+ ``ref_log_prob`` with ``use_kl_loss``); ``data.meta_info``
+        needs ``temperature``.
+
+        Returns:
+            verl's metrics as a dict of lists: ``actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl,
+            actor/pg_clipfrac_lower`` (+ ``actor/entropy``, ``actor/kl_loss``, ``actor/kl_coef``) per
+            micro-batch and ``actor/grad_norm`` per mini-batch.
+        """
+        if self.actor_optimizer is None:
+            raise RuntimeError("update_policy called on a reference actor (no optimizer).")
+        self.actor_module.train()
+        config = self.config
+        temperature = data.meta_info["temperature"]
+        keys = _UPDATE_KEYS + (["ref_log_prob"] if config.get("use_kl_loss", False) else [])
+        batch = data.select(batch_keys=keys).batch
+        mini_batch_size = config.ppo_mini_batch_size
+        metrics: dict[str, list[float]] = {}
+        for _ in range(config.get("ppo_epochs", 1)):
+            for mini_batch in batch.split(mini_batch_size):
+                micro_batches, _ = split_micro_batches(
+                    mini_batch,
+                    config.get("ppo_micro_batch_size_per_gpu"),
+                    bool(config.get("use_dynamic_bsz", False)),
+                    config.get("ppo_max_token_len_per_gpu"),
+                )
+                self.actor_optimizer.zero_grad()
+                for micro_batch in micro_batches:
+                    policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature)
+                    (policy_loss * self._loss_scale(micro_batch)).backward()
+                    append_to_dict(metrics, micro_metrics)
+                append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})
+        self.actor_optimizer.zero_grad()
+        return metrics
+
+    def _loss_scale(self, micro_batch: Any) -> float:
+        """Gradient-accumulation weight of a micro-batch (verl 0.5)."""
+        mini_batch_size = self.config.ppo_mini_batch_size
+        if self.config.get("use_dynamic_bsz", False):
+            return micro_batch.batch_size[0] / mini_batch_size
+        return 1.0 / (mini_batch_size // self.config.ppo_micro_batch_size_per_gpu)
+
+
+def _call_policy_loss(
+    loss_fn: Any,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Call a registry policy loss; accept both verl return styles.
+
+    verl 0.5 returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``; later verl returns
+    ``(pg_loss, metrics_dict)``. Both become ``(pg_loss, {actor/...: float})``.
+    """
+    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+    if len(result) == 2 and isinstance(result[1], dict):
+        pg_loss, raw = result
+        metrics = {key: float(value.detach().item() if torch.is_tensor(value) else value) for key, value in raw.items()}
+        return pg_loss, metrics
+    pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = result
+    return pg_loss, {
+        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
+        "actor/ppo_kl": ppo_kl.detach().item(),
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
+    }

@@ -1,0 +1,102 @@
+"""Forward passes and micro-batching shared by the actor, the critic and the reward model.
+
+Two input layouts give the same numbers on valid tokens:
+
+- padded: ``model(input_ids [B,S], attention_mask [B,S], position_ids [B,S])``;
+- packed (``use_remove_padding``): every valid token in one ``[1, nnz]`` row, ``attention_mask=None``
+  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.padding`).
+
+Position ``t`` of the output scores token ``t+1``, so the response (the last ``R`` tokens) is read
+from positions ``[-R-1, -1)``. Values at positions the response mask excludes are not comparable
+between the two layouts (padded: score of a pad token; packed: 0 or the next packed sequence's
+first token), exactly as in verl; callers mask them.
+
+Notation:
+    B: micro-batch size, S: padded length P+R, R: response length, V: vocab size, nnz: valid tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from hybridrl.utils.padding import pack_sequences
+
+__all__ = ["forward_response", "restore_order", "split_micro_batches"]
+
+# token_fn(outputs [N, T, H], next_tokens [N, T]) -> per-token tensors, each [N, T]
+TokenFn = Callable[[torch.Tensor, torch.Tensor], Sequence[torch.Tensor]]
+
+
+def forward_response(
+    module: nn.Module, micro_batch: TensorDict, use_remove_padding: bool, token_fn: TokenFn
+) -> list[torch.Tensor]:
+    """Run ``module`` on a micro-batch and map its per-position outputs to response positions.
+
+    Args:
+        module: HF model (causal LM or token classification), plain or FSDP-wrapped.
+        micro_batch: holds ``input_ids, attention_mask, position_ids [B, S]`` and ``responses [B, R]``.
+        use_remove_padding: pack the valid tokens into one row (padding-free forward).
+        token_fn: turns the model's ``logits [N, T, H]`` and the ids they predict ``[N, T]`` into
+            per-token tensors ``[N, T]`` (e.g. log-probs and entropies, or values).
+
+    Returns:
+        Each tensor of ``token_fn`` at the response positions: ``[B, R]``.
+    """
+    response_length = micro_batch["responses"].shape[-1]
+    input_ids = micro_batch["input_ids"]
+    attention_mask = micro_batch["attention_mask"]
+    position_ids = micro_batch["position_ids"]
+    if use_remove_padding:
+        packed = pack_sequences(input_ids, attention_mask, position_ids)
+        output = module(
+            input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
+        )
+        # the token each packed position predicts; the last token of a sequence gets the next
+        # sequence's first token, which lands on a position outside the response mask.
+        next_tokens = torch.roll(packed.input_ids, shifts=-1, dims=1)  # [1, nnz]
+        per_token = token_fn(output.logits, next_tokens)
+        return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
+    output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    logits = output.logits[:, -response_length - 1 : -1]  # [B, R, H]
+    return list(token_fn(logits, micro_batch["responses"]))
+
+
+def split_micro_batches(
+    batch: TensorDict, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None
+) -> tuple[list[TensorDict], list[int] | None]:
+    """Micro-batches of fixed size, or token-budget ones (``use_dynamic_bsz``).
+
+    Returns:
+        ``(micro_batches, order)``; ``order`` lists the original row index of each row of the
+        concatenated micro-batches (``None`` when rows keep their order).
+    """
+    if use_dynamic_bsz:
+        if not max_token_len:
+            raise ValueError("use_dynamic_bsz needs a positive max token length (ppo/log_prob_max_token_len_per_gpu).")
+        from hybridrl.utils.seqlen_balancing import rearrange_micro_batches
+
+        micro_batches, index_groups = rearrange_micro_batches(batch, max_token_len=max_token_len)
+        return list(micro_batches), list(itertools.chain.from_iterable(index_groups))
+    if not micro_batch_size or micro_batch_size <= 0:
+        raise ValueError(
+            f"micro batch size must be a positive int when use_dynamic_bsz=False, got {micro_batch_size!r}; "
+            "set *_micro_batch_size_per_gpu."
+        )
+    return list(batch.split(micro_batch_size)), None
+
+
+def restore_order(values: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    """Undo the row permutation of :func:`split_micro_batches`: ``values[k]`` belongs to row ``order[k]``."""
+    if order is None:
+        return values
+    if len(order) != values.shape[0]:
+        raise ValueError(f"restore_order: {len(order)} indices for {values.shape[0]} rows")
+    from hybridrl.utils.seqlen_balancing import get_reverse_idx
+
+    reverse = torch.tensor(get_reverse_idx(order), dtype=torch.long, device=values.device)
+    return values[reverse]

@@ -1,0 +1,95 @@
+"""Load Hugging Face models and tokenizers the way verl's workers do.
+
+- causal LMs (actor, ref) via ``AutoModelForCausalLM``;
+- token-classification models (critic, reward model) via ``AutoModelForTokenClassification`` with
+  ``num_labels=1`` and ``classifier_dropout=0`` (a scalar head on every token).
+
+Every rank loads the weights from disk (no meta-device init): simple and exact for the model sizes
+hybridrl targets on CPU. Randomly initialised heads (the critic's ``score``) differ per rank, so
+:func:`hybridrl.workers.engine.fsdp.apply_fsdp` broadcasts rank 0's weights before sharding.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hybridrl.utils.fs import copy_to_local
+from hybridrl.utils.tokenizer import hf_tokenizer
+
+_MODEL_KINDS = ("causal_lm", "token_classification")
+
+
+def import_external_libs(external_lib: str | None) -> None:
+    """Import ``model.external_lib`` (a module that registers custom model classes), if given."""
+    if external_lib:
+        importlib.import_module(external_lib)
+
+
+def update_model_config(config: Any, override: Mapping[str, Any] | None) -> None:
+    """Apply ``model.override_config`` to an HF config in place; nested dicts update sub-configs."""
+    for key, value in (override or {}).items():
+        current = getattr(config, key, None)
+        if isinstance(value, Mapping) and current is not None and not isinstance(current, Mapping):
+            update_model_config(current, value)
+        else:
+            setattr(config, key, value)
+
+
+def load_hf_config(
+    model_path: str, *, override_config: Mapping[str, Any] | None = None, trust_remote_code: bool = False
+) -> Any:
+    """``AutoConfig`` of ``model_path`` with ``override_config`` applied."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(copy_to_local(model_path), trust_remote_code=trust_remote_code)
+    update_model_config(config, dict(override_config or {}))
+    return config
+
+
+def load_hf_model(
+    model_path: str,
+    *,
+    kind: str = "causal_lm",
+    torch_dtype: torch.dtype = torch.float32,
+    override_config: Mapping[str, Any] | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> tuple[nn.Module, Any]:
+    """Load a HF model for training or inference. Returns ``(module, hf_config)``.
+
+    Args:
+        model_path: local folder (or ``file://`` URI) with ``config.json`` and weights.
+        kind: ``causal_lm`` (logits ``[B, T, V]``) or ``token_classification`` (logits ``[B, T, 1]``).
+        torch_dtype: dtype of the loaded weights (see ``precision.resolve_model_dtype``).
+        override_config: HF config fields to override (verl's ``model.override_config``).
+        attn_implementation: ``sdpa`` | ``eager`` | ``flash_attention_2``; None keeps HF's choice.
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    if kind not in _MODEL_KINDS:
+        raise ValueError(f"kind={kind!r} is not supported; use one of {_MODEL_KINDS}.")
+    override = dict(override_config or {})
+    attn_implementation = override.pop("attn_implementation", attn_implementation)
+    config = load_hf_config(model_path, override_config=override, trust_remote_code=trust_remote_code)
+    if kind == "token_classification":
+        config.num_labels = 1
+        config.classifier_dropout = 0.0
+    auto_cls = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForTokenClassification
+    kwargs: dict[str, Any] = {"config": config, "dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    module = auto_cls.from_pretrained(copy_to_local(model_path), **kwargs)
+    module.to(torch_dtype)  # a freshly initialised head (token classification) must match too
+    return module, module.config
+
+
+def build_tokenizer(path: str, trust_remote_code: bool = False, custom_chat_template: str | None = None) -> Any:
+    """Tokenizer with a pad token (pad := eos if missing) and an optional custom chat template."""
+    return hf_tokenizer(
+        copy_to_local(path), trust_remote_code=trust_remote_code, custom_chat_template=custom_chat_template
+    )

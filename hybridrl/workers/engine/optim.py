@@ -1,0 +1,141 @@
+"""AdamW, verl's LR schedules, and a guarded optimizer step.
+
+LR schedules (verl ``torch_functional``), as multipliers of ``optim.lr`` at scheduler step ``s``
+(``W`` = warmup steps, ``T`` = ``total_training_steps``, ``m`` = ``min_lr_ratio``, ``c`` = ``num_cycles``):
+
+    constant:  min(1, s / max(1, W))
+    cosine:    s / max(1, W)                                              for s < W
+               max(0, (1 - m)/2 · cos(2π c · (s - W) / max(1, T - W)) + (1 + m)/2)   otherwise
+
+Warmup steps: ``lr_warmup_steps`` when it is >= 0, else ``int(lr_warmup_steps_ratio · T)`` (verl 0.5:
+the key defaults to -1, meaning "use the ratio").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+logger = logging.getLogger(__name__)
+
+WARMUP_STYLES = ("constant", "cosine")
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    """``config.get(key, default)`` with ``None`` treated as missing (verl's ``.get`` code defaults)."""
+    value = config.get(key, default)
+    return default if value is None else value
+
+
+def build_optimizer(module: nn.Module, optim_config: Any) -> torch.optim.AdamW:
+    """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (verl code defaults for missing keys)."""
+    return torch.optim.AdamW(
+        module.parameters(),
+        lr=float(optim_config.lr),
+        betas=tuple(_get(optim_config, "betas", (0.9, 0.999))),
+        weight_decay=float(_get(optim_config, "weight_decay", 1e-2)),
+    )
+
+
+def get_constant_schedule_with_warmup(optimizer: torch.optim.Optimizer, num_warmup_steps: int) -> LambdaLR:
+    """Linear warmup from 0 to ``lr`` over ``num_warmup_steps``, then constant."""
+
+    def lr_lambda(step: int) -> float:
+        return min(1.0, float(step) / float(max(1, num_warmup_steps)))
+
+    return LambdaLR(optimizer, lr_lambda)
+
+
+def get_cosine_schedule_with_warmup(
+    optimizer: torch.optim.Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+) -> LambdaLR:
+    """Linear warmup, then a cosine from ``lr`` down to ``min_lr_ratio · lr`` (``num_cycles=0.5``: half a wave)."""
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"optim.min_lr_ratio={min_lr_ratio} must be in [0, 1].")
+    coef = (1.0 - min_lr_ratio) * 0.5
+    intercept = (1.0 + min_lr_ratio) * 0.5
+
+    def lr_lambda(step: int) -> float:
+        if step < num_warmup_steps:
+            return float(step) / float(max(1, num_warmup_steps))
+        progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+        x = math.cos(math.pi * float(num_cycles) * 2.0 * progress)
+        return max(0.0, x * coef + intercept)
+
+    return LambdaLR(optimizer, lr_lambda)
+
+
+def num_warmup_steps(optim_config: Any) -> int:
+    """``lr_warmup_steps`` if >= 0, else ``int(lr_warmup_steps_ratio * total_training_steps)``."""
+    steps = int(_get(optim_config, "lr_warmup_steps", -1))
+    if steps >= 0:
+        return steps
+    ratio = float(_get(optim_config, "lr_warmup_steps_ratio", 0.0))
+    return int(ratio * int(_get(optim_config, "total_training_steps", 0)))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Any) -> LambdaLR:
+    """verl's scheduler from ``*.optim.{warmup_style, lr_warmup_steps(_ratio), total_training_steps, ...}``."""
+    style = _get(optim_config, "warmup_style", "constant")
+    warmup = num_warmup_steps(optim_config)
+    if style == "constant":
+        return get_constant_schedule_with_warmup(optimizer, warmup)
+    if style == "cosine":
+        total = int(_get(optim_config, "total_training_steps", 0))
+        if total <= 0:
+            raise ValueError(
+                f"optim.warmup_style=cosine needs optim.total_training_steps > 0 (got {total}); the trainer sets it "
+                "before init_model, or set it explicitly."
+            )
+        return get_cosine_schedule_with_warmup(
+            optimizer,
+            warmup,
+            total,
+            min_lr_ratio=float(_get(optim_config, "min_lr_ratio", 0.0)),
+            num_cycles=float(_get(optim_config, "num_cycles", 0.5)),
+        )
+    raise ValueError(f"optim.warmup_style={style!r} is not supported; use one of {WARMUP_STYLES}.")
+
+
+def clip_grad_norm(module: nn.Module, max_norm: float) -> float:
+    """Clip gradients in place; return the total grad norm before clipping as a float.
+
+    Under FSDP2 the norm is a DTensor (a reduction over shards): ``full_tensor()`` makes it a plain
+    number equal on every rank. FSDP1 modules clip with their own collective-aware method.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(module, FSDP):
+        norm = module.clip_grad_norm_(max_norm=max_norm)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm=max_norm)
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    return float(norm)
+
+
+def clip_grad_and_step(module: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
+    """Clip grads to ``max_norm`` and step; skip the step when the grad norm is not finite.
+
+    Returns:
+        ``(grad_norm, stepped)``; on a non-finite norm the grads are zeroed, the optimizer does not
+        step, and ``optimizer.num_skipped_steps`` (an int attribute this function keeps) is incremented.
+    """
+    grad_norm = clip_grad_norm(module, max_norm)
+    if not math.isfinite(grad_norm):
+        logger.warning("grad_norm is not finite (%s); skipping this optimizer step.", grad_norm)
+        optimizer.zero_grad()
+        optimizer.num_skipped_steps = getattr(optimizer, "num_skipped_steps", 0) + 1  # type: ignore[attr-defined]
+        return grad_norm, False
+    optimizer.step()
+    return grad_norm, True

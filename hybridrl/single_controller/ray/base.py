@@ -1,0 +1,344 @@
+"""``RayWorkerGroup``: N Ray actors in a resource pool, driven as one object (verl's ray/base.py).
+
+Creation: the pool's placement groups are sorted by node IP then node id; a tiny task on bundle 0
+picks ``MASTER_ADDR``/``MASTER_PORT``; actor ``rank`` goes to bundle ``local_rank`` of the
+``pg_idx``-th group with ``WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT, WG_PREFIX, WG_BACKEND=ray,
+RAY_LOCAL_WORLD_SIZE, RAY_LOCAL_RANK`` in its environment; then a cheap readiness call makes any
+``__init__`` failure surface now, naming the rank.
+
+Calls: every ``@register``-ed method of the worker class becomes a method of the group running
+``dispatch → execute_all/execute_rank_zero (async) → wait (if blocking) → collect``. Waiting goes
+through ``get_from_workers``: a dead or raising worker fails the call at once with a
+``WorkerGroupError`` naming group, method and rank.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from hybridrl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
+from hybridrl.single_controller.ray.errors import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_READY_TIMEOUT_S,
+    get_from_workers,
+)
+from hybridrl.single_controller.ray.resource_pool import RayResourcePool, sort_placement_group_by_node_ip
+
+# Environment the worker group owns; worker_env may add keys but never override these.
+RESERVED_ENV_VARS = (
+    "WORLD_SIZE",
+    "RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WG_PREFIX",
+    "WG_BACKEND",
+    "RAY_LOCAL_WORLD_SIZE",
+    "RAY_LOCAL_RANK",
+)
+
+
+def get_random_string(length: int) -> str:
+    import random
+    import string
+
+    return "".join(random.choices(string.ascii_letters + string.digits, k=length))
+
+
+@ray.remote(num_cpus=0)
+def get_master_addr_port() -> tuple[str, str]:
+    """Rank 0's node IP and a free port (runs on bundle 0 of the first placement group)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    return ray.util.get_node_ip_address().strip("[]"), str(port)
+
+
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A ``ray.remote`` class plus its constructor arguments and actor options."""
+
+    def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cls, *args, **kwargs)
+        self._options: dict[str, Any] = {}
+        self._additional_resource: dict[str, Any] = {}
+
+    def set_additional_resource(self, additional_resource: dict[str, Any]) -> None:
+        self._additional_resource = dict(additional_resource)
+
+    def update_options(self, options: dict[str, Any]) -> None:
+        self._options.update(options)
+
+    def num_cpus_per_actor(self) -> float:
+        """CPUs each actor asks of its bundle (Ray's default for actors is 1)."""
+        return float(self._options.get("num_cpus", self._additional_resource.get("num_cpus", 1)))
+
+    def __call__(
+        self,
+        placement_group: Any,
+        placement_group_bundle_idx: int,
+        use_gpu: bool = True,
+        num_gpus: float = 1,
+        sharing_with: Any = None,
+        device_name: str = "cuda",
+    ) -> Any:
+        """Start one actor in bundle ``placement_group_bundle_idx`` (or beside ``sharing_with``)."""
+        if sharing_with is not None:
+            node_id = ray.get(sharing_with.get_node_id.remote())
+            visible = ray.get(sharing_with.get_cuda_visible_devices.remote())
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+            return self.cls.options(scheduling_strategy=strategy).remote(
+                *self.args, cuda_visible_devices=visible, **self.kwargs
+            )
+        options: dict[str, Any] = {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx
+            )
+        }
+        options.update(self._options)
+        if use_gpu and device_name == "cuda":
+            options["num_gpus"] = num_gpus
+        elif use_gpu and device_name == "npu":
+            options["resources"] = {"NPU": num_gpus}
+        options.update(self._additional_resource)
+        return self.cls.options(**options).remote(*self.args, **self.kwargs)
+
+
+def _actor_class_name(remote_cls: Any) -> str:
+    """``ray.remote(Foo)`` → ``"Foo"``."""
+    actor_cls = getattr(remote_cls, "__ray_actor_class__", None)
+    if actor_cls is not None:
+        return actor_cls.__name__
+    match = re.search(r"ActorClass\(([^)]+)\)", type(remote_cls).__name__)
+    return match.group(1) if match else type(remote_cls).__name__
+
+
+class RayWorkerGroup(WorkerGroup):
+    """A worker group whose workers are Ray actors placed in a ``RayResourcePool``.
+
+    Args:
+        resource_pool: where the workers go (None with ``worker_handles``/``worker_names``: attach).
+        ray_cls_with_init: the worker class (``ray.remote``-ed) and its constructor arguments.
+        bin_pack: STRICT_PACK placement groups (one per node) rather than PACK.
+        name_prefix: prefix of actor names and of ``WG_PREFIX`` (random if None).
+        detached: actors outlive the driver.
+        worker_names / worker_handles: attach to existing actors instead of creating them.
+        device_name: ``"cuda"`` or ``"cpu"`` (default: from ``resource_pool.use_gpu``).
+        worker_env: extra environment variables for every worker (may not override the reserved ones).
+        ready_timeout_s: how long the actors may take to start before creation fails.
+        call_timeout_s: sanity limit of one blocking call (None: no limit).
+    """
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        device_name: str | None = None,
+        worker_env: dict[str, str] | None = None,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(resource_pool=resource_pool, **kwargs)
+        if ray_cls_with_init is None:
+            raise ValueError("RayWorkerGroup needs ray_cls_with_init (the worker class and its arguments)")
+        self.ray_cls_with_init = ray_cls_with_init
+        self.name_prefix = get_random_string(6) if name_prefix is None else name_prefix
+        self.ready_timeout_s = ready_timeout_s
+        self.call_timeout_s = call_timeout_s
+        use_gpu = resource_pool.use_gpu if resource_pool is not None else False
+        self.device_name = device_name or ("cuda" if use_gpu else "cpu")
+        if worker_handles is not None or worker_names is not None:
+            self._attach(worker_names, worker_handles)
+        elif resource_pool is not None:
+            self._init_with_resource_pool(resource_pool, bin_pack, detached, worker_env)
+        else:
+            raise ValueError("RayWorkerGroup needs a resource_pool, or worker_handles/worker_names to attach to")
+        self._bind_worker_method(_user_class(ray_cls_with_init.cls))
+
+    # ------------------------------------------------------------------ creation
+
+    def _attach(self, worker_names: list[str] | None, worker_handles: list[Any] | None) -> None:
+        if worker_handles is None:
+            worker_handles = [ray.get_actor(name) for name in worker_names or []]
+        self._workers = list(worker_handles)
+        self._worker_names = list(worker_names) if worker_names is not None else [str(w) for w in worker_handles]
+
+    def _init_with_resource_pool(
+        self, pool: RayResourcePool, bin_pack: bool, detached: bool, worker_env: dict[str, str] | None
+    ) -> None:
+        pgs = pool.get_placement_groups(strategy="STRICT_PACK" if bin_pack else "PACK", device_name=self.device_name)
+        pgs = sort_placement_group_by_node_ip(pgs)
+        pool.reserve_bundle_cpus(self.ray_cls_with_init.num_cpus_per_actor(), self.name_prefix)
+        strategy = PlacementGroupSchedulingStrategy(placement_group=pgs[0], placement_group_bundle_index=0)
+        self._master_addr, self._master_port = ray.get(
+            get_master_addr_port.options(scheduling_strategy=strategy).remote()
+        )
+        rank = 0
+        for pg_idx, (pg, local_world_size) in enumerate(zip(pgs, pool.store)):
+            for local_rank in range(local_world_size):
+                env = self._worker_env(rank, pool, local_world_size, local_rank, worker_env)
+                self._create_worker(pg, pg_idx, local_rank, env, pool, detached)
+                rank += 1
+        self._wait_ready()
+
+    def _worker_env(
+        self,
+        rank: int,
+        pool: RayResourcePool,
+        local_world_size: int,
+        local_rank: int,
+        worker_env: dict[str, str] | None,
+    ) -> dict[str, str]:
+        env = {
+            "WORLD_SIZE": str(pool.world_size),
+            "RANK": str(rank),
+            "WG_PREFIX": self.name_prefix,
+            "WG_BACKEND": "ray",
+            "RAY_LOCAL_WORLD_SIZE": str(local_world_size),
+            "RAY_LOCAL_RANK": str(local_rank),
+            "MASTER_ADDR": str(self._master_addr),
+            "MASTER_PORT": str(self._master_port),
+        }
+        conflicts = sorted(set(env) & set(worker_env or {}))
+        if conflicts:
+            raise ValueError(f"worker_env may not set {conflicts}: the worker group sets them ({RESERVED_ENV_VARS})")
+        # HYBRIDRL_DEVICE tells hybridrl.utils.device which device the worker computes on (overridable)
+        return {"HYBRIDRL_DEVICE": self.device_name, **env, **(worker_env or {})}
+
+    def _create_worker(
+        self, pg: Any, pg_idx: int, local_rank: int, env: dict[str, str], pool: RayResourcePool, detached: bool
+    ) -> None:
+        name = f"{self.name_prefix}{_actor_class_name(self.ray_cls_with_init.cls)}_{pg_idx}:{local_rank}"
+        self.ray_cls_with_init.update_options({"runtime_env": {"env_vars": env}, "name": name})
+        if detached:
+            self.ray_cls_with_init.update_options({"lifetime": "detached"})
+        worker = self.ray_cls_with_init(
+            placement_group=pg,
+            placement_group_bundle_idx=local_rank,
+            use_gpu=pool.use_gpu,
+            num_gpus=1 / pool.max_colocate_count,
+            device_name=self.device_name,
+        )
+        self._workers.append(worker)
+        self._worker_names.append(name)
+
+    def _wait_ready(self) -> None:
+        """Fail now (naming the rank and cause) if any actor cannot start, e.g. ``__init__`` raised."""
+        refs = [w.__ray_ready__.remote() for w in self._workers]
+        self._get(refs, list(range(len(refs))), "__init__", self.ready_timeout_s)
+
+    # ------------------------------------------------------------------ execution
+
+    @property
+    def worker_names(self) -> list[str]:
+        return self._worker_names
+
+    def _get(self, refs: list[Any], ranks: list[int], method_name: str, timeout_s: float | None) -> list[Any]:
+        return get_from_workers(
+            refs,
+            ranks,
+            wg_name=self.name_prefix,
+            method_name=method_name,
+            worker_names=self._worker_names,
+            timeout_s=timeout_s,
+        )
+
+    def _share(self, obj: Any) -> Any:
+        return ray.put(obj)
+
+    def _wait(self, method_name: str, output: Any) -> Any:
+        if isinstance(output, list):
+            return self._get(output, list(range(len(output))), method_name, self.call_timeout_s)
+        return self._get([output], [0], method_name, self.call_timeout_s)[0]
+
+    def _execute_remote_single_worker(self, worker: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(worker, method_name).remote(*args, **kwargs)
+
+    def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._execute_remote_single_worker(self._workers[0], method_name, *args, **kwargs)
+
+    def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._wait(method_name, self.execute_rank_zero_async(method_name, *args, **kwargs))
+
+    def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.execute_rank_zero_async(method_name, *args, **kwargs)
+
+    def execute_all(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self.execute_all_async(method_name, *args, **kwargs)
+
+    def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._wait(method_name, self.execute_all_async(method_name, *args, **kwargs))
+
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method_name`` on every worker; list args of length world_size are scattered (item i → rank i)."""
+        n = len(self._workers)
+        values = [*args, *kwargs.values()]
+        if values and all(isinstance(v, list) and len(v) == n for v in values):
+            return [
+                self._execute_remote_single_worker(
+                    worker, method_name, *(a[i] for a in args), **{k: v[i] for k, v in kwargs.items()}
+                )
+                for i, worker in enumerate(self._workers)
+            ]
+        return [self._execute_remote_single_worker(w, method_name, *args, **kwargs) for w in self._workers]
+
+    # ------------------------------------------------------------------ views and teardown
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        **kwargs: Any,
+    ) -> RayWorkerGroup:
+        """A group over existing actors (by handle, or by name for detached actors)."""
+        return cls(
+            resource_pool=None,
+            ray_cls_with_init=ray_cls_with_init,
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            **kwargs,
+        )
+
+    def spawn(self, prefix_set: Any) -> dict[str, RayWorkerGroup]:
+        """One view per role of a colocated group, with ``{role}_{method}`` rebound as ``{method}``."""
+        role_methods = getattr(_user_class(self.ray_cls_with_init.cls), "role_methods", {})
+        views = {}
+        for prefix in prefix_set:
+            view = self.from_detached(
+                name_prefix=self.name_prefix,
+                worker_names=self._worker_names,
+                worker_handles=self._workers,
+                ray_cls_with_init=self.ray_cls_with_init,
+                device_name=self.device_name,
+                ready_timeout_s=self.ready_timeout_s,
+                call_timeout_s=self.call_timeout_s,
+            )
+            view._master_addr, view._master_port = self._master_addr, self._master_port
+            names = role_methods.get(prefix) or [m[len(prefix) + 1 :] for m in dir(view) if m.startswith(prefix + "_")]
+            for method_name in names:
+                setattr(view, method_name, getattr(view, f"{prefix}_{method_name}"))
+            views[prefix] = view
+        return views
+
+    def kill(self) -> None:
+        """Kill every actor of the group (the resource pool keeps its placement groups)."""
+        for worker in self._workers:
+            ray.kill(worker, no_restart=True)
+
+
+def _user_class(remote_cls: Any) -> type:
+    """The Python class behind ``ray.remote(cls)`` (or ``cls`` itself)."""
+    return getattr(remote_cls, "__ray_actor_class__", remote_cls)

@@ -1,0 +1,142 @@
+"""Token sampling and an EOS-aware KV-cache decode loop for Hugging Face causal LMs.
+
+``decode_batch`` is hybridrl's fast CPU path (``rollout.name=hf``). Compared with
+``transformers.generate`` it:
+
+- trims prompt columns that are padding in every row (left padding shared by the whole micro-batch);
+- stops the whole batch as soon as every row has emitted an EOS;
+- *compacts* the batch: once a quarter of the active rows are finished, they are dropped from the
+  KV cache, so later steps only run the rows still generating;
+- returns the log-prob of every sampled token under the full distribution at ``logprob_temperature``
+  (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hybridrl.workers.rollout.sampling import SamplingParams
+
+_COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
+
+
+@dataclass
+class DecodeResult:
+    """Generated ids and their log-probs, one list per input row (no padding, EOS included)."""
+
+    token_ids: list[list[int]]
+    log_probs: list[list[float]]
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p (nucleus) filtering of ``[B, V]`` logits; removed entries become -inf.
+
+    Top-p keeps the smallest prefix of the sorted distribution whose mass reaches ``top_p`` (the token
+    that crosses the threshold is kept, so at least one token always survives).
+    """
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # remove a token when the mass *before* it already reaches top_p
+        remove_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p
+        remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+def sample_next_tokens(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row from ``[B, V]`` logits.
+
+    Returns:
+        ``tokens [B]`` (int64) and ``log_probs [B]``: ``log_softmax(logits / T_lp)[token]`` on the
+        unfiltered distribution, ``T_lp = params.logprob_temperature``.
+    """
+    logits = logits.float()
+    if params.greedy:
+        tokens = logits.argmax(dim=-1)
+    else:
+        filtered = filter_logits(logits / params.temperature, params.top_k, params.top_p)
+        probs = filtered.softmax(dim=-1)
+        tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+    log_probs = torch.log_softmax(logits / params.logprob_temperature, dim=-1)
+    return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _trim_shared_left_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """Drop leading columns that are padding in every row (``[B, P]`` → ``[B, P']``)."""
+    attended_cols = attention_mask.any(dim=0).nonzero()
+    first = int(attended_cols[0]) if attended_cols.numel() else 0
+    return input_ids[:, first:], attention_mask[:, first:]
+
+
+@torch.no_grad()
+def decode_batch(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+) -> DecodeResult:
+    """Generate up to ``params.max_new_tokens`` tokens for each left-padded prompt row.
+
+    Args:
+        model: a Hugging Face causal LM (eval mode), on the device of ``input_ids``.
+        input_ids: ``[B, P]`` left-padded prompt ids.
+        attention_mask: ``[B, P]`` 1 on prompt tokens, 0 on left padding.
+        params: resolved sampling parameters (stop ids, greedy/sampling, length).
+        generator: RNG for sampling (None: torch's global RNG).
+    """
+    from transformers import DynamicCache
+
+    input_ids, attention_mask = _trim_shared_left_padding(input_ids, attention_mask)
+    batch = input_ids.shape[0]
+    attention_mask = attention_mask.long()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    eos = torch.tensor(params.eos_token_ids, device=input_ids.device)
+    out_tokens: list[list[int]] = [[] for _ in range(batch)]
+    out_logps: list[list[float]] = [[] for _ in range(batch)]
+    active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
+    cache = DynamicCache()
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+    ).logits[:, -1]
+    next_pos = position_ids[:, -1:] + 1
+    finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    for step in range(params.max_new_tokens):
+        tokens, logps = sample_next_tokens(logits, params, generator)
+        for row, token, logp, was_done in zip(active.tolist(), tokens.tolist(), logps.tolist(), finished.tolist()):
+            if not was_done:  # a finished row waits (not yet compacted) but records nothing more
+                out_tokens[row].append(token)
+                out_logps[row].append(logp)
+        if not params.ignore_eos:
+            finished = finished | torch.isin(tokens, eos)
+        if bool(finished.all()) or step == params.max_new_tokens - 1:
+            break
+        if int(finished.sum()) >= max(1, int(_COMPACT_FRACTION * len(active))):
+            keep = (~finished).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
+            finished = finished[keep]
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=-1)
+        logits = model(
+            input_ids=tokens.unsqueeze(-1),
+            attention_mask=attention_mask,
+            position_ids=next_pos,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1]
+        next_pos = next_pos + 1
+    return DecodeResult(out_tokens, out_logps)

@@ -1,0 +1,191 @@
+"""Hugging Face rollout: generation on a plain (unsharded) copy of the actor's weights.
+
+Two decoders share one engine class:
+
+- ``rollout.name=hf`` (``HFRollout``): hybridrl's EOS-aware KV-cache loop (``decoding.decode_batch``):
+  it stops when every row is done and drops finished rows from the cache; the default on CPU.
+- ``rollout.name=hf_generate`` (``HFGenerateRollout``): ``transformers.generate``, verl's HF rollout
+  and the reference the fast loop is checked against.
+
+Both run in micro-batches of ``rollout.micro_batch_size`` prompts (whole batch when unset) and hold
+their own model: the worker marks the weights stale after each actor update and the hybrid-engine
+handle pushes the actor's full state dict through ``update_weights``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hybridrl.workers.rollout.base import BaseRollout
+from hybridrl.workers.rollout.decoding import decode_batch
+from hybridrl.workers.rollout.sampling import SamplingParams
+
+
+def left_pad(rows: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged prompt lists → left-padded ``input_ids [B, P]`` and ``attention_mask [B, P]``."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention_mask[i, width - len(row) :] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
+class HFRollout(BaseRollout):
+    """Rollout on a Hugging Face causal LM with hybridrl's fast decode loop.
+
+    Args:
+        model: the engine's own model (not the FSDP-wrapped actor); put in eval mode here.
+        rollout_config: ``actor_rollout_ref.rollout``.
+        eos_token_ids: stop ids (tokenizer EOS ∪ ``generation_config.eos_token_id``).
+        pad_token_id: pad id for responses.
+        seed: seed of the sampling RNG (per rank: pass ``seed + rank`` for independent samples).
+    """
+
+    def __init__(
+        self, model: nn.Module, rollout_config: Any, *, eos_token_ids: Iterable[int], pad_token_id: int, seed: int = 0
+    ) -> None:
+        super().__init__(rollout_config, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id)
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self._home_device = self.device
+        self.weight_dtype = next(model.parameters()).dtype
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._params = dict(model.named_parameters(remove_duplicate=False))
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def _micro_batches(self, rows: list[list[int]]) -> list[list[list[int]]]:
+        size = self.rollout_config.get("micro_batch_size", None) or len(rows)
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+    def _generate_token_ids(
+        self, prompt_token_ids: list[list[int]], params: SamplingParams
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        responses: list[list[int]] = []
+        log_probs: list[list[float]] = []
+        for rows in self._micro_batches(prompt_token_ids):
+            input_ids, attention_mask = left_pad(rows, params.pad_token_id, self.device)
+            out_ids, out_logps = self._decode(input_ids, attention_mask, params)
+            responses.extend(out_ids)
+            log_probs.extend(out_logps)
+        return responses, (log_probs if params.calculate_log_probs else None)
+
+    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
+        result = decode_batch(self.model, input_ids, attention_mask, params, self.generator)
+        return result.token_ids, result.log_probs
+
+    # ---- weights -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy full tensors into the engine model (cast to its dtype/device); unknown names raise."""
+        for name, tensor in named_tensors:
+            param = self._params.get(name)
+            if param is None:
+                raise KeyError(
+                    f"rollout weight sync: the engine model has no parameter {name!r}; the trainer and the "
+                    f"rollout must be built from the same model (actor_rollout_ref.model.path)"
+                )
+            if param.shape != tensor.shape:
+                raise ValueError(
+                    f"rollout weight sync: {name} has shape {list(tensor.shape)} in the trainer "
+                    f"but {list(param.shape)} in the rollout engine"
+                )
+            param.copy_(tensor.to(device=param.device, dtype=param.dtype))
+
+    @torch.no_grad()
+    def read_weight_samples(self, indices_by_name: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = {}
+        for name, indices in indices_by_name.items():
+            param = self._params.get(name)
+            if param is not None:
+                out[name] = param.detach().reshape(-1)[indices.to(param.device)].float().cpu()
+        return out
+
+    def sleep(self) -> None:
+        """On an accelerator, park the weights on the host while the actor trains (no-op on CPU)."""
+        if self._home_device.type != "cpu":
+            self.model.to("cpu")
+            self.device = torch.device("cpu")
+
+    def wake(self) -> None:
+        if self.device != self._home_device:
+            self.model.to(self._home_device)
+            self.device = self._home_device
+
+
+class HFGenerateRollout(HFRollout):
+    """verl's HF rollout: ``transformers.generate`` (the reference for the fast loop)."""
+
+    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
+        kwargs: dict[str, Any] = {"do_sample": not params.greedy, "max_new_tokens": params.max_new_tokens}
+        if not params.greedy:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
+        eos = None if params.ignore_eos else list(params.eos_token_ids)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            eos_token_id=eos,
+            pad_token_id=params.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+            use_cache=True,
+            **kwargs,
+        )
+        generated = out.sequences[:, input_ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1).float() / params.logprob_temperature  # [B, r, V]
+        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+        return _strip_after_eos(generated, log_probs, params)
+
+
+def _strip_after_eos(generated: torch.Tensor, log_probs: torch.Tensor, params: SamplingParams):
+    """``generate`` pads finished rows with pad ids: keep each row up to its first EOS."""
+    ids, logps = generated.tolist(), log_probs.tolist()
+    if params.ignore_eos:
+        return ids, logps
+    eos = set(params.eos_token_ids)
+    for i, row in enumerate(ids):
+        end = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+        ids[i], logps[i] = row[:end], logps[i][:end]
+    return ids, logps
+
+
+def resolve_dtype(name: Any) -> torch.dtype:
+    """``rollout.dtype`` string (``bfloat16``, ``bf16``, ``float32``, ``fp32``, ``float16``) → torch dtype."""
+    if isinstance(name, torch.dtype):
+        return name
+    aliases = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "half": "float16", "float": "float32"}
+    dtype = getattr(torch, aliases.get(str(name), str(name)), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"actor_rollout_ref.rollout.dtype={name!r} is not a torch dtype (use bfloat16 or float32)")
+    return dtype
+
+
+def build_hf_engine_model(
+    rollout_config: Any, model_config: Any, *, hf_config: Any, actor_module: Any, device_name: str, **_: Any
+) -> nn.Module:
+    """The engine's own unsharded model in ``rollout.dtype`` on ``device_name``.
+
+    Following an actor: built from ``hf_config`` (weights arrive with the first sync, like verl's
+    ``load_format=dummy``). Standalone (no actor): loaded from ``model.path``.
+    """
+    import os
+
+    from transformers import AutoModelForCausalLM
+
+    dtype = resolve_dtype(rollout_config.get("dtype", "bfloat16"))
+    trust = bool(model_config.get("trust_remote_code", False))
+    if actor_module is None:
+        path = os.path.expanduser(model_config.get("path"))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+    else:
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype, trust_remote_code=trust)
+    device = torch.device("cuda", torch.cuda.current_device()) if device_name == "cuda" else torch.device(device_name)
+    return model.to(device).eval()

@@ -1,0 +1,131 @@
+"""Stream the trainer's full weights to a rollout engine in buckets, and verify the engine got them.
+
+Verification (none of verl's peers has it; silently stale rollout weights cost users weeks): while
+the tensors stream past, a few of them are *sampled* (a fixed set of flat indices, taken after casting
+to the engine's dtype). After the engine has loaded them, it reads the same indices of its own copy
+(``BaseRollout.read_weight_samples``) and they must be equal. The cost is a few thousand scalars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+_SAMPLES_PER_TENSOR = 256
+_MAX_CHECKED_TENSORS = 8
+_FALLBACK_PREFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+class WeightSyncError(RuntimeError):
+    """The rollout engine does not hold the trainer's weights after a sync."""
+
+
+def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, full tensor)`` pairs of ``module``, HF ``state_dict()`` names, on every rank.
+
+    Uses the engine's ``hybridrl.workers.engine.iter_full_state_dict`` when available (FSDP1/FSDP2,
+    gathered layer by layer); otherwise a local fallback for plain modules and FSDP2 DTensors.
+    """
+    try:
+        from hybridrl.workers.engine import iter_full_state_dict as engine_iter
+    except ImportError:
+        engine_iter = None
+    if engine_iter is not None:
+        yield from engine_iter(module)
+        return
+    from torch.distributed.tensor import DTensor
+
+    for name, tensor in module.state_dict().items():
+        for prefix in _FALLBACK_PREFIXES:
+            name = name.replace(prefix, "")
+        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def iter_buckets(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group tensors into lists of at most ``bucket_bytes`` (a larger single tensor gets its own bucket)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def sample_indices(numel: int, k: int = _SAMPLES_PER_TENSOR, mode: str = "strided") -> torch.Tensor:
+    """``k`` flat indices of a tensor: evenly spaced over it (``strided``) or its first ``k`` (``prefix``)."""
+    k = min(k, numel)
+    if mode == "prefix":
+        return torch.arange(k)
+    return torch.linspace(0, numel - 1, k).round().long()
+
+
+def _is_checked(index: int, name: str) -> bool:
+    """Check the embedding, the final norm and every few-th tensor (deterministic, cheap)."""
+    return index < 2 or "embed_tokens" in name or name.endswith("norm.weight") or index % 7 == 3
+
+
+@dataclass
+class SyncRecord:
+    """Expected samples gathered while streaming, plus counters for metrics."""
+
+    indices: dict[str, torch.Tensor] = field(default_factory=dict)
+    expected: dict[str, torch.Tensor] = field(default_factory=dict)
+    num_tensors: int = 0
+    num_bytes: int = 0
+
+    def observe(self, index: int, name: str, tensor: torch.Tensor, engine_dtype: torch.dtype, mode: str) -> None:
+        self.num_tensors += 1
+        self.num_bytes += tensor.numel() * tensor.element_size()
+        if len(self.expected) >= _MAX_CHECKED_TENSORS or not _is_checked(index, name) or tensor.numel() == 0:
+            return
+        idx = sample_indices(tensor.numel(), mode=mode)
+        flat = tensor.detach().reshape(-1)[idx.to(tensor.device)]
+        self.indices[name] = idx
+        self.expected[name] = flat.to(engine_dtype).float().cpu()
+
+
+def recording(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], record: SyncRecord, engine_dtype: torch.dtype, mode: str
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Pass tensors through while recording samples of a few of them into ``record``."""
+    for index, (name, tensor) in enumerate(named_tensors):
+        record.observe(index, name, tensor, engine_dtype, mode)
+        yield name, tensor
+
+
+def verify_samples(
+    record: SyncRecord, actual: dict[str, torch.Tensor], *, engine_name: str, engine_dtype: torch.dtype
+) -> int:
+    """Compare the engine's samples with the trainer's; raise ``WeightSyncError`` with a diagnosis.
+
+    Returns the number of tensors checked (names the engine cannot map are skipped).
+    """
+    mismatches = []
+    for name, expected in record.expected.items():
+        got = actual.get(name)
+        if got is None:
+            continue
+        if got.shape != expected.shape or not torch.equal(got, expected):
+            diff = (got - expected).abs().max().item() if got.shape == expected.shape else float("nan")
+            mismatches.append(f"{name} (max |diff| {diff:.3g} over {expected.numel()} sampled values)")
+    if mismatches:
+        raise WeightSyncError(
+            f"rollout engine '{engine_name}' does not hold the trainer's weights after the weight sync: "
+            f"{len(mismatches)}/{len(record.expected)} checked tensors differ: {'; '.join(mismatches[:4])}. "
+            f"Engine dtype {engine_dtype}; trainer values were cast to it before comparing, so any difference "
+            f"means the engine kept other weights. Likely causes: the sync was skipped (the worker must call "
+            f"mark_weights_stale() after update_actor and load_checkpoint), the engine's load_weights ignored or "
+            f"renamed these tensors, or the engine was re-initialised after the sync (load_format=dummy / sleep "
+            f"level 2 without a resync)."
+        )
+    return sum(1 for name in record.expected if name in actual)

@@ -1,0 +1,138 @@
+"""Data-parallel PPO critic: values and the clipped value-loss update of one rank (verl 0.5 ``dp_critic``).
+
+The critic is a token-classification model with one label: ``logits [B, S, 1]`` is a value per
+position. The value of response token ``t`` is read at the position that predicts it (``[-R-1, -1)``),
+the same slice the actor uses for log-probs, so ``values[:, t]`` pairs with ``old_log_probs[:, t]``.
+
+The update loop mirrors the actor's (``ppo_epochs`` × mini-batches × micro-batches):
+
+    V_clip  = clip(V_pred, V_old − cliprange_value, V_old + cliprange_value)
+    vf_loss = ½ · agg(max((V_pred − R)², (V_clip − R)²))
+    loss    = vf_loss · scale   (1 / grad_accum, or B_micro / ppo_mini_batch_size with dynamic bsz)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hybridrl.protocol import DataProto
+from hybridrl.utils.device import get_device_name
+from hybridrl.utils.torch_functional import masked_mean
+from hybridrl.workers.actor.base import append_to_dict
+from hybridrl.workers.actor.dp_actor import compute_dtype_context
+from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
+from hybridrl.workers.critic.base import BasePPOCritic
+
+__all__ = ["DataParallelPPOCritic"]
+
+_VALUE_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+_UPDATE_KEYS = [*_VALUE_KEYS, "response_mask", "values", "returns"]
+
+
+class DataParallelPPOCritic(BasePPOCritic):
+    """PPO critic over an HF token-classification model (``num_labels=1``), plain or FSDP-wrapped.
+
+    Args:
+        config: the ``critic`` section (``use_remove_padding`` is read from it when present, as the
+            worker copies ``critic.model.use_remove_padding`` there like verl).
+        critic_module: the value model.
+        critic_optimizer: its optimizer.
+    """
+
+    def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None) -> None:
+        super().__init__(config)
+        self.critic_module = critic_module
+        self.critic_optimizer = critic_optimizer
+        self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        self.device_name = get_device_name()
+
+    def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
+        """Values ``[B, R]`` of the response positions (unmasked)."""
+        with compute_dtype_context(self.device_name):
+            (values,) = forward_response(
+                self.critic_module,
+                micro_batch,
+                self.use_remove_padding,
+                lambda logits, _next_tokens: [logits.squeeze(-1)],
+            )
+        return values
+
+    def compute_values(self, data: DataProto) -> torch.Tensor:
+        """Values ``[B, R]``, multiplied by the response part of ``attention_mask`` (only actions have values).
+
+        ``data.meta_info`` holds ``micro_batch_size``, ``use_dynamic_bsz`` and ``max_token_len``.
+        """
+        self.critic_module.eval()
+        meta = data.meta_info
+        batch = data.select(batch_keys=_VALUE_KEYS).batch
+        micro_batches, order = split_micro_batches(
+            batch, meta.get("micro_batch_size"), bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len")
+        )
+        with torch.no_grad():
+            values = torch.cat([self._forward_micro_batch(micro) for micro in micro_batches], dim=0)
+        values = restore_order(values, order)
+        response_length = batch["responses"].shape[-1]
+        response_mask = batch["attention_mask"][:, -response_length:]
+        return values * response_mask
+
+    def _optimizer_step(self) -> float:
+        from hybridrl.workers.engine import clip_grad_and_step
+
+        assert self.critic_optimizer is not None
+        grad_norm, _stepped = clip_grad_and_step(self.critic_module, self.critic_optimizer, self.config.grad_clip)
+        return float(grad_norm)
+
+    def _value_loss(self, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        from hybridrl.trainer.ppo.core_algos import compute_value_loss
+
+        response_mask = micro_batch["response_mask"]
+        vpreds = self._forward_micro_batch(micro_batch)
+        vf_loss, vf_clipfrac = compute_value_loss(
+            vpreds=vpreds,
+            returns=micro_batch["returns"],
+            values=micro_batch["values"],
+            response_mask=response_mask,
+            cliprange_value=self.config.cliprange_value,
+            loss_agg_mode=self.config.get("loss_agg_mode", "token-mean"),
+        )
+        metrics = {
+            "critic/vf_loss": vf_loss.detach().item(),
+            "critic/vf_clipfrac": vf_clipfrac.detach().item(),
+            "critic/vpred_mean": masked_mean(vpreds, response_mask).detach().item(),
+        }
+        return vf_loss, metrics
+
+    def update_critic(self, data: DataProto) -> dict[str, list[float]]:
+        """Clipped value-loss update; metrics ``critic/vf_loss, vf_clipfrac, vpred_mean`` per micro-batch and
+        ``critic/grad_norm`` per mini-batch (dict of lists)."""
+        if self.critic_optimizer is None:
+            raise RuntimeError("update_critic needs an optimizer.")
+        self.critic_module.train()
+        config = self.config
+        batch = data.select(batch_keys=_UPDATE_KEYS).batch
+        use_dynamic_bsz = bool(config.get("use_dynamic_bsz", False))
+        mini_batch_size = config.ppo_mini_batch_size
+        metrics: dict[str, list[float]] = {}
+        for _ in range(config.get("ppo_epochs", 1)):
+            for mini_batch in batch.split(mini_batch_size):
+                micro_batches, _ = split_micro_batches(
+                    mini_batch,
+                    config.get("ppo_micro_batch_size_per_gpu"),
+                    use_dynamic_bsz,
+                    config.get("ppo_max_token_len_per_gpu"),
+                )
+                self.critic_optimizer.zero_grad()
+                for micro_batch in micro_batches:
+                    vf_loss, micro_metrics = self._value_loss(micro_batch)
+                    if use_dynamic_bsz:
+                        scale = micro_batch.batch_size[0] / mini_batch_size
+                    else:
+                        scale = 1.0 / (mini_batch_size // config.ppo_micro_batch_size_per_gpu)
+                    (vf_loss * scale).backward()
+                    append_to_dict(metrics, micro_metrics)
+                append_to_dict(metrics, {"critic/grad_norm": self._optimizer_step()})
+        self.critic_optimizer.zero_grad()
+        return metrics

@@ -1,0 +1,87 @@
+"""Fixtures for the actor tests: a tiny causal LM and PPO batches with left/right padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from hybridrl.protocol import DataProto
+from hybridrl.utils.torch_functional import compute_position_id_with_mask
+
+PROMPT_LEN, RESPONSE_LEN = 6, 5
+
+
+def make_ppo_batch(batch_size: int = 4, vocab: int = 500, seed: int = 0, full_responses: bool = False) -> DataProto:
+    """Left-padded prompts [B, 6] + right-padded responses [B, 5], with the PPO keys the actor reads.
+
+    Rows have different prompt and response lengths (unless ``full_responses``), so padding,
+    packing and token-budget micro-batching all matter.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab, (batch_size, PROMPT_LEN + RESPONSE_LEN), generator=gen)
+    prompt_lens = [PROMPT_LEN - (i % 3) for i in range(batch_size)]  # 6, 5, 4, 6, ...
+    response_lens = [RESPONSE_LEN if full_responses else RESPONSE_LEN - (i % 4) for i in range(batch_size)]
+    attention_mask = torch.zeros_like(input_ids)
+    for row, (p_len, r_len) in enumerate(zip(prompt_lens, response_lens)):
+        attention_mask[row, PROMPT_LEN - p_len : PROMPT_LEN + r_len] = 1
+    input_ids = torch.where(attention_mask.bool(), input_ids, torch.zeros_like(input_ids))
+    position_ids = compute_position_id_with_mask(attention_mask)
+    response_mask = attention_mask[:, PROMPT_LEN:]
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "responses": input_ids[:, PROMPT_LEN:],
+        "response_mask": response_mask,
+        "advantages": torch.randn(batch_size, RESPONSE_LEN, generator=gen) * response_mask,
+        "old_log_probs": torch.zeros(batch_size, RESPONSE_LEN),
+        "ref_log_prob": torch.zeros(batch_size, RESPONSE_LEN),
+    }
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+def actor_config(**overrides):
+    """The ``actor_rollout_ref.actor`` keys the actor reads (verl 0.5 defaults), already per rank."""
+    base = {
+        "ppo_mini_batch_size": 4,
+        "ppo_micro_batch_size_per_gpu": 4,
+        "use_dynamic_bsz": False,
+        "ppo_max_token_len_per_gpu": 16384,
+        "ppo_epochs": 1,
+        "clip_ratio": 0.2,
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.2,
+        "clip_ratio_c": 3.0,
+        "policy_loss": {"loss_mode": "vanilla"},
+        "loss_agg_mode": "token-mean",
+        "entropy_coeff": 0,
+        "use_kl_loss": False,
+        "kl_loss_coef": 0.001,
+        "kl_loss_type": "low_var_kl",
+        "grad_clip": 1.0,
+        "use_remove_padding": False,
+    }
+    base.update(overrides)
+    return OmegaConf.create(base)
+
+
+@pytest.fixture(scope="module")
+def causal_lm(tiny_model_dir):
+    """The tiny Qwen2 causal LM in fp32 (sdpa attention), shared by a module's tests (copy before training)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+
+
+@pytest.fixture
+def make_batch():
+    """Factory fixture: :func:`make_ppo_batch`."""
+    return make_ppo_batch
+
+
+@pytest.fixture
+def make_actor_config():
+    """Factory fixture: :func:`actor_config`."""
+    return actor_config

@@ -1,0 +1,56 @@
+"""Small readers over a DictConfig used by the checks and the batch plan (no defaults restated)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hybridrl.utils.config.errors import ConfigProblem
+
+ACTOR = "actor_rollout_ref.actor"
+REF = "actor_rollout_ref.ref"
+ROLLOUT = "actor_rollout_ref.rollout"
+MODEL = "actor_rollout_ref.model"
+
+
+def get(config: DictConfig, key: str) -> Any:
+    """The resolved value at dotted ``key``; None when the key is absent (e.g. a verl config)."""
+    return OmegaConf.select(config, key, default=None)
+
+
+def positive_int(config: DictConfig, key: str, problems: list[ConfigProblem], allow_none: bool = False) -> int | None:
+    """The value at ``key`` if it is an int >= 1; otherwise record a problem and return None."""
+    value = get(config, key)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problems.append(ConfigProblem(key, f"must be a positive integer, got {value!r}.", f"set {key}=<int >= 1>."))
+        return None
+    return value
+
+
+def world_size(config: DictConfig) -> int | None:
+    """trainer.nnodes * trainer.n_gpus_per_node, or None when either is not a positive int."""
+    nodes, per_node = get(config, "trainer.nnodes"), get(config, "trainer.n_gpus_per_node")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nodes, per_node)):
+        return None
+    return int(nodes) * int(per_node)
+
+
+def need_critic(config: DictConfig) -> bool:
+    """A critic is used when critic.enable is True, or when it is null/absent and the estimator is gae."""
+    enable = get(config, "critic.enable")
+    if enable is not None:
+        return bool(enable)
+    return get(config, "algorithm.adv_estimator") == "gae"
+
+
+def need_reference_policy(config: DictConfig) -> bool:
+    """The reference policy is created when a KL term uses it (in the reward or in the actor loss)."""
+    return bool(get(config, "algorithm.use_kl_in_reward")) or bool(get(config, f"{ACTOR}.use_kl_loss"))
+
+
+def next_multiple(value: int, step: int) -> int:
+    """Smallest multiple of ``step`` that is >= ``value`` (and >= step)."""
+    return max(step, -(-value // step) * step)

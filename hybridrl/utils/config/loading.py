@@ -1,0 +1,89 @@
+"""Read the YAML trees with OmegaConf / Hydra's compose API; flatten them to dotted keys.
+
+Python never restates a default: every value comes from ``configs/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hybridrl.utils.config.paths import ADDITIONS_FILE, config_dir, config_file
+
+
+def load_config(name: str = "ppo_trainer") -> DictConfig:
+    """The default tree of ``configs/<name>.yaml`` (struct mode, interpolations unresolved)."""
+    config = OmegaConf.load(config_file(name))
+    assert isinstance(config, DictConfig)
+    OmegaConf.set_struct(config, True)
+    return config
+
+
+def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> DictConfig:
+    """Compose ``<name>.yaml`` with Hydra-syntax overrides, exactly as the CLI does.
+
+    Unknown keys raise :class:`~hybridrl.utils.config.errors.ConfigError` naming the closest valid key.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from hybridrl.utils.config.overrides import prepare_overrides
+
+    overrides = prepare_overrides(list(overrides), name)
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+        return compose(config_name=name, overrides=overrides)
+
+
+def to_plain(config: DictConfig) -> dict[str, Any]:
+    """The tree as plain dicts/lists with interpolations left as ``${...}`` strings."""
+    plain = OmegaConf.to_container(config, resolve=False)
+    assert isinstance(plain, dict)
+    return plain
+
+
+def flatten_keys(tree: DictConfig | dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Map every leaf's dotted key to its unresolved value.
+
+    Leaves are scalars, lists and empty dicts (``override_config: {}``), as in verl's key lists.
+    """
+    plain = to_plain(tree) if isinstance(tree, DictConfig) else tree
+    flat: dict[str, Any] = {}
+    for key, value in plain.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten_keys(value, prefix=f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def has_key(plain: dict[str, Any], dotted: str) -> bool:
+    """Whether ``dotted`` names a node (leaf or section) of the plain tree."""
+    node: Any = plain
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def allowed_additions(name: str = "ppo_trainer") -> set[str]:
+    """Dotted keys of ``<name>.yaml`` that verl 0.5 does not list (``configs/additions_allowlist.txt``)."""
+    keys: set[str] = set()
+    for line in _read_lines(config_dir() / ADDITIONS_FILE):
+        config_name, key = line.split()[:2]
+        if config_name == name:
+            keys.add(key)
+    return keys
+
+
+def _read_lines(path: Any) -> Iterable[str]:
+    with open(path, encoding="utf-8") as handle:
+        for raw in handle:
+            line = raw.split("#", 1)[0].strip()
+            if line:
+                yield line

@@ -33,8 +33,11 @@ class WorkerGroupError(RuntimeError):
         self.cause = cause
 
 
-class ResourceUnavailableError(RuntimeError):
-    """The cluster cannot host what a resource pool or worker group asks for."""
+class ResourceUnavailableError(RuntimeError, ValueError):
+    """The cluster cannot host what a resource pool or worker group asks for.
+
+    Also a ``ValueError``, the type verl's ``ResourcePoolManager`` raises for the same condition.
+    """
 
 
 def _describe_failure(error: RayError) -> str:

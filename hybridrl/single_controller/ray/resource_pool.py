@@ -116,16 +116,50 @@ def _shortfall(needed: dict[str, float], available: dict[str, float]) -> dict[st
     return {k: round(v - available.get(k, 0.0), 3) for k, v in needed.items() if available.get(k, 0.0) + _EPS < v}
 
 
-def check_pool_fits(pool_name: str, process_on_nodes: list[int], bundle: dict[str, float]) -> None:
+def available_resources_per_node() -> dict[str, dict[str, float]]:
+    """Free resources of every alive node (node id → resources)."""
+    try:
+        from ray._private.state import available_resources_per_node as _per_node
+
+        return dict(_per_node())
+    except (ImportError, AttributeError):  # private API moved: fall back to node totals
+        return {n["NodeID"]: n["Resources"] for n in ray.nodes() if n.get("Alive")}
+
+
+def _fit_pools_on_nodes(
+    free: dict[str, dict[str, float]], process_on_nodes: list[int], bundle: dict[str, float]
+) -> list[int]:
+    """Greedily place each per-node group on a node with room; returns the counts left unplaced.
+
+    ``free`` is updated in place (so several pools can be checked one after another).
+    """
+    unplaced = []
+    for count in process_on_nodes:
+        need = {k: v * count for k, v in bundle.items()}
+        node = next((n for n, res in free.items() if not _shortfall(need, res)), None)
+        if node is None:
+            unplaced.append(count)
+            continue
+        for k, v in need.items():
+            free[node][k] = free[node].get(k, 0.0) - v
+    return unplaced
+
+
+def check_pool_fits(
+    pool_name: str,
+    process_on_nodes: list[int],
+    bundle: dict[str, float],
+    free: dict[str, dict[str, float]] | None = None,
+) -> None:
     """Fail at once if the cluster's free resources cannot host the pool.
 
-    Checks the totals against ``ray.available_resources()`` and that every per-node placement
-    group fits on some single node (STRICT_PACK). Placement may still fail later if free
-    resources are fragmented; ``wait_placement_groups`` bounds that wait.
+    Checks the totals, then that every per-node placement group (STRICT_PACK) fits on a single
+    node. ``free`` (node id → free resources, updated in place) defaults to the cluster's now.
     """
+    free = available_resources_per_node() if free is None else free
     total_bundles = sum(process_on_nodes)
     needed = {k: v * total_bundles for k, v in bundle.items()}
-    available = ray.available_resources()
+    available = {k: sum(res.get(k, 0.0) for res in free.values()) for k in needed}
     short = _shortfall(needed, available)
     fix = (
         "Fix: lower trainer.nnodes / trainer.n_gpus_per_node, use trainer.device=cpu on a machine without "
@@ -134,18 +168,16 @@ def check_pool_fits(pool_name: str, process_on_nodes: list[int], bundle: dict[st
     if short:
         raise ResourceUnavailableError(
             f"resource pool '{pool_name}' needs {total_bundles} bundles of {bundle} (process_on_nodes="
-            f"{process_on_nodes}), i.e. {needed} in total, but the cluster has only "
-            f"{ {k: available.get(k, 0.0) for k in needed} } free; short by {short}. {fix}"
+            f"{process_on_nodes}), i.e. {needed} in total, but the cluster has only {available} free; "
+            f"short by {short}. {fix}"
         )
-    node_totals = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    for count in process_on_nodes:
-        per_node = {k: v * count for k, v in bundle.items()}
-        if not any(not _shortfall(per_node, node) for node in node_totals):
-            raise ResourceUnavailableError(
-                f"resource pool '{pool_name}' needs {per_node} on ONE node (a STRICT_PACK placement group of "
-                f"{count} bundles of {bundle}), but no node has that much; nodes have "
-                f"{[{k: node.get(k, 0.0) for k in per_node} for node in node_totals]}. {fix}"
-            )
+    unplaced = _fit_pools_on_nodes(free, process_on_nodes, bundle)
+    if unplaced:
+        raise ResourceUnavailableError(
+            f"resource pool '{pool_name}': placement groups of {unplaced} bundles of {bundle} each need ONE node "
+            f"(STRICT_PACK) with that much free, and no node has it; free per node: "
+            f"{[{k: res.get(k, 0.0) for k in bundle} for res in free.values()]}. {fix}"
+        )
 
 
 def wait_placement_groups(

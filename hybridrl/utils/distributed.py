@@ -1,0 +1,67 @@
+"""torch.distributed set-up for workers of a worker group.
+
+The worker group puts ``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in every
+worker's environment; a worker calls ``init_distributed(self.device_name)`` (usually in
+``init_model``) to form the group. Backends follow verl: ``gloo`` on CPU; on CUDA
+``cpu:gloo,cuda:nccl`` so that CPU tensors (e.g. object gathers) work beside NCCL collectives.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+_REQUIRED_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+# verl's default actor_rollout_ref.nccl_timeout (seconds)
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def backend_for_device(device: str) -> str:
+    """``gloo`` for ``cpu``; ``cpu:gloo,cuda:nccl`` for ``cuda``."""
+    if device == "cpu":
+        return "gloo"
+    if device == "cuda":
+        return "cpu:gloo,cuda:nccl"
+    raise ValueError(f"device {device!r} is not supported; use 'cpu' or 'cuda' (trainer.device)")
+
+
+def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> None:
+    """Join the process group described by the environment (no-op if already joined).
+
+    Args:
+        device: ``"cpu"`` or ``"cuda"`` (a Worker's ``device_name``).
+        timeout_s: collective timeout.
+        backend: override the backend chosen from ``device``.
+
+    Raises:
+        RuntimeError: if a rendezvous variable is missing, or an existing group has another world size.
+    """
+    missing = [key for key in _REQUIRED_ENV if not os.environ.get(key)]
+    if missing:
+        raise RuntimeError(
+            f"init_distributed: environment variables {missing} are not set; they are set by the worker group "
+            "(RayWorkerGroup) for each worker, or by torchrun"
+        )
+    world_size = int(os.environ["WORLD_SIZE"])
+    if dist.is_initialized():
+        if dist.get_world_size() != world_size:
+            raise RuntimeError(f"a process group of size {dist.get_world_size()} exists; WORLD_SIZE is {world_size}")
+        return
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(
+        backend=backend or backend_for_device(device),
+        init_method="env://",
+        rank=int(os.environ["RANK"]),
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def destroy_distributed() -> None:
+    """Leave the process group if this process is in one."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,76 @@
+"""Starting or joining Ray for hybridrl (``ray_init.*`` config section).
+
+Local cluster (no ``ray_init.address`` and no ``RAY_ADDRESS``): token auth off
+(``RAY_AUTH_MODE=disabled``), dashboard bound to 127.0.0.1 and off unless
+``ray_init.include_dashboard=true``, and — on ``trainer.device=cpu`` — more logical CPUs than
+cores, so that placement-group bundles, colocated actors and the TaskRunner always fit on a
+2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides).
+Existing cluster (``ray_init.address=auto`` or ``ray://…``): joined as is.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# Logical CPUs a local CPU-device cluster advertises at least: room for 2 workers × max_colocate_count
+# bundles, the TaskRunner and tests' extra pools; real parallelism is still bounded by the cores.
+MIN_LOCAL_LOGICAL_CPUS = 16
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    if cfg is None:
+        return default
+    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def ray_init_kwargs(
+    ray_init_cfg: Any, device: str = "cuda", env_vars: dict[str, str] | None = None, min_num_cpus: int | None = None
+) -> dict[str, Any]:
+    """The keyword arguments ``init_ray`` passes to ``ray.init``.
+
+    Args:
+        ray_init_cfg: the ``ray_init`` config section (``num_cpus``, optional ``address``,
+            ``include_dashboard``); None means all defaults.
+        device: ``trainer.device``.
+        env_vars: environment for every Ray worker (runtime_env).
+        min_num_cpus: logical CPUs the run needs at least (local cluster without ``num_cpus``).
+    """
+    address = _get(ray_init_cfg, "address") or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": {**(env_vars or {})}}
+    if address:
+        return {"address": address, "runtime_env": runtime_env}
+    runtime_env["env_vars"].setdefault("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE", "disabled"))
+    num_cpus = _get(ray_init_cfg, "num_cpus")
+    if num_cpus is None:
+        floor = max(MIN_LOCAL_LOGICAL_CPUS if device == "cpu" else 0, min_num_cpus or 0)
+        cores = os.cpu_count() or 1
+        num_cpus = max(cores, floor) if floor > cores else None  # None: Ray counts the cores itself
+    kwargs: dict[str, Any] = {
+        "include_dashboard": bool(_get(ray_init_cfg, "include_dashboard", False)),
+        "dashboard_host": "127.0.0.1",
+        "runtime_env": runtime_env,
+    }
+    if num_cpus is not None:
+        kwargs["num_cpus"] = int(num_cpus)
+    return kwargs
+
+
+def init_ray(
+    ray_init_cfg: Any = None,
+    device: str = "cuda",
+    env_vars: dict[str, str] | None = None,
+    min_num_cpus: int | None = None,
+) -> dict[str, Any]:
+    """Start a local Ray cluster or join ``ray_init.address``; no-op if Ray is up. Returns the kwargs used."""
+    import ray
+
+    kwargs = ray_init_kwargs(ray_init_cfg, device, env_vars, min_num_cpus)
+    if ray.is_initialized():
+        return kwargs
+    if "address" not in kwargs:
+        # the local daemons inherit this process's environment: no auth token files, no auth warning
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(**kwargs)
+    return kwargs

@@ -1,0 +1,6 @@
+"""Datasets: RL prompts (:class:`RLHFDataset`), SFT pairs (:class:`SFTDataset`), multi-turn SFT."""
+
+from hybridrl.utils.dataset.rl_dataset import RLHFDataset, collate_fn, create_rl_sampler
+from hybridrl.utils.dataset.sft_dataset import SFTDataset
+
+__all__ = ["RLHFDataset", "SFTDataset", "collate_fn", "create_rl_sampler"]

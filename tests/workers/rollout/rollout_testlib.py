@@ -1,0 +1,60 @@
+"""Helpers shared by the rollout tests: configs, left-padded prompt batches, reference log-probs."""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import OmegaConf
+
+from hybridrl.protocol import DataProto
+from hybridrl.utils.torch_functional import compute_position_id_with_mask
+
+QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the sum of 7 and 8 and 9?"]
+
+
+def rollout_config(**overrides):
+    """A verl-shaped ``actor_rollout_ref.rollout`` section for tests (fp32 so log-probs compare tightly)."""
+    base = {
+        "name": "hf", "temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True, "response_length": 8,
+        "prompt_length": 32, "dtype": "float32", "n": 1, "ignore_eos": False, "calculate_log_probs": True,
+        "free_cache_engine": True, "update_weights_bucket_megabytes": 1,
+        "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0, "n": 1, "do_sample": False},
+    }
+    base.update(overrides)
+    return OmegaConf.create(base)
+
+
+def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
+    """Chat-templated, left-padded ``input_ids/attention_mask/position_ids [B, P]`` (+ a uid column)."""
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    mask = enc["attention_mask"]
+    return DataProto.from_dict(
+        tensors={"input_ids": enc["input_ids"], "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)},
+        non_tensors={"uid": [f"q{i}" for i in range(len(questions))]},
+        meta_info=dict(meta),
+    )
+
+
+def build_handle(tiny_model_dir, tokenizer, actor, **overrides):
+    from hybridrl.workers.rollout import build_rollout_handle
+
+    return build_rollout_handle(
+        rollout_config(**overrides), OmegaConf.create({"path": tiny_model_dir}), tokenizer=tokenizer,
+        hf_config=actor.config, actor_module=actor, device_name="cpu",
+    )
+
+
+def forward_log_probs(model, output: DataProto, temperature: float) -> torch.Tensor:
+    """Log-probs ``[B, R]`` of the responses under a plain full forward at ``temperature``."""
+    batch = output.batch
+    response_length = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits.float()
+    logits = logits[:, -response_length - 1 : -1] / temperature
+    return torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)

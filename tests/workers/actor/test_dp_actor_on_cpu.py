@@ -118,10 +118,13 @@ def test_kl_loss_and_entropy_metrics(causal_lm, make_batch, make_actor_config):
     assert metrics["actor/entropy"][0] == pytest.approx(expected_entropy.item(), rel=1e-5)
 
 
-def _assert_same_update(reference, other, atol=1e-6):
+def _assert_same_update(reference, other, atol=1e-6, equal_micro_sizes=True):
+    """Same grad norm and parameters after the step; with equal-size micro-batches the mean of the
+    per-micro-batch pg_loss records is also the mini-batch loss (unequal sizes weight them by B_i/B)."""
     (model_a, metrics_a), (model_b, metrics_b) = reference, other
     mean = lambda values: sum(values) / len(values)  # noqa: E731
-    assert mean(metrics_b["actor/pg_loss"]) == pytest.approx(mean(metrics_a["actor/pg_loss"]), rel=1e-5, abs=1e-6)
+    if equal_micro_sizes:
+        assert mean(metrics_b["actor/pg_loss"]) == pytest.approx(mean(metrics_a["actor/pg_loss"]), rel=1e-5, abs=1e-6)
     assert metrics_b["actor/grad_norm"] == pytest.approx(metrics_a["actor/grad_norm"], rel=1e-5)
     assert _max_param_diff(model_a, model_b) < atol
 
@@ -161,6 +164,16 @@ def test_dynamic_bsz_equals_fixed(causal_lm, make_batch, make_actor_config):
     dynamic_config = make_actor_config(loss_agg_mode=AGG, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=16)
     dynamic = _update(causal_lm, dynamic_config, data)
     assert len(dynamic[1]["actor/pg_loss"]) > 1
+    _assert_same_update(fixed, dynamic, equal_micro_sizes=False)
+
+
+def test_dynamic_bsz_equal_lengths_same_loss(causal_lm, make_batch, make_actor_config):
+    """4 rows of 9-11 tokens under a 22-token budget: 2 micro-batches of 2 rows, reordered by length."""
+    data = make_batch(batch_size=4, seed=4, full_responses=True)
+    fixed = _update(causal_lm, make_actor_config(ppo_micro_batch_size_per_gpu=4, loss_agg_mode=AGG), data)
+    dynamic_config = make_actor_config(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=22, loss_agg_mode=AGG)
+    dynamic = _update(causal_lm, dynamic_config, data)
+    assert len(dynamic[1]["actor/pg_loss"]) == 2
     _assert_same_update(fixed, dynamic)
 
 

@@ -1,5 +1,6 @@
 """FSDP training engine: model build, FSDP2/FSDP1 wrap, precision, optimizer, offload, state dicts, checkpoints."""
 
+from hybridrl.workers.engine.checkpoint import FSDPCheckpointManager
 from hybridrl.workers.engine.fsdp import (
     apply_fsdp,
     broadcast_module_from_rank0,
@@ -26,6 +27,7 @@ from hybridrl.workers.engine.precision import (
 from hybridrl.workers.engine.state_dict import get_full_state_dict, iter_full_state_dict, load_full_state_dict
 
 __all__ = [
+    "FSDPCheckpointManager",
     "MixedPrecisionDtypes",
     "apply_fsdp",
     "broadcast_module_from_rank0",

@@ -36,7 +36,7 @@ def build_optimizer(module: nn.Module, optim_config: Any) -> torch.optim.AdamW:
     """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (verl code defaults for missing keys)."""
     return torch.optim.AdamW(
         module.parameters(),
-        lr=float(optim_config.lr),
+        lr=float(optim_config["lr"]),
         betas=tuple(_get(optim_config, "betas", (0.9, 0.999))),
         weight_decay=float(_get(optim_config, "weight_decay", 1e-2)),
     )

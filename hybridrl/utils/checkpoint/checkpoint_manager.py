@@ -1,0 +1,197 @@
+"""Checkpoint-folder helpers shared by every checkpoint manager (verl's ``BaseCheckpointManager`` part).
+
+Layout (verl 0.5)::
+
+    {default_local_dir}/
+      latest_checkpointed_iteration.txt     the tracker: text "N", written by the trainer after a full save
+      global_step_{N}/{actor,critic}/       one component folder per worker group
+        ...                                 files of the component (see engine/checkpoint.py)
+        checkpoint_complete.json            hybridrl: written last, after every rank finished writing
+
+Completeness (hybridrl addition): a component folder counts only once its marker exists. Saving first
+deletes the marker, so a crash mid-save (even one overwriting the same step) leaves a folder that
+:func:`find_latest_ckpt_path` never picks.
+
+RNG states are stored as tensors and plain Python values only, so ``torch.load(weights_only=True)``
+reads them without an allow-list (numpy's ``MT19937`` key array is converted to a tensor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybridrl.utils.fs import atomic_write_text
+
+CHECKPOINT_TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
+COMPLETE_MARKER = "checkpoint_complete.json"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+# Files that make a folder recognisably a component checkpoint (for completeness checks).
+_COMPONENT_FILE = re.compile(r"^(model|optim|extra_state)_world_size_\d+_rank_\d+\.pt$|^fsdp_config\.json$")
+
+
+# ----------------------------------------------------------------------------- tracker and discovery
+
+
+def get_checkpoint_tracker_filename(root_path: str) -> str:
+    """``{root_path}/latest_checkpointed_iteration.txt``."""
+    return os.path.join(root_path, CHECKPOINT_TRACKER_FILENAME)
+
+
+def write_checkpoint_tracker(root_path: str, global_step: int) -> None:
+    """Atomically record ``global_step`` as the latest checkpoint under ``root_path``."""
+    atomic_write_text(get_checkpoint_tracker_filename(root_path), str(int(global_step)))
+
+
+def read_checkpoint_tracker(root_path: str) -> int | None:
+    """The step in the tracker file, or None if there is none. A corrupt tracker is an error."""
+    tracker = get_checkpoint_tracker_filename(root_path)
+    if not os.path.exists(tracker):
+        return None
+    text = Path(tracker).read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{tracker} is corrupt (content {text!r}); delete it or set trainer.resume_mode=disable.")
+    return int(text)
+
+
+def mark_complete(path: str, **info: Any) -> None:
+    """Write the completeness marker of a checkpoint folder (call it after everything else is on disk)."""
+    payload = {"time": time.time(), **info}
+    atomic_write_text(os.path.join(path, COMPLETE_MARKER), json.dumps(payload, sort_keys=True))
+
+
+def clear_complete(path: str) -> None:
+    """Remove the marker (first thing a save into an existing folder does)."""
+    marker = Path(path) / COMPLETE_MARKER
+    if marker.exists():
+        marker.unlink()
+
+
+def _looks_like_component(path: Path) -> bool:
+    return path.is_dir() and any(_COMPONENT_FILE.match(child.name) for child in path.iterdir())
+
+
+def is_checkpoint_complete(path: str) -> bool:
+    """True when ``path`` (a component folder or a ``global_step_N`` folder) holds a finished checkpoint.
+
+    A component folder is complete when it has the marker. A step folder is complete when it has the
+    marker itself, or when it has at least one component subfolder and every component subfolder is
+    complete.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        return False
+    if (folder / COMPLETE_MARKER).exists():
+        return True
+    components = [
+        child for child in folder.iterdir() if _looks_like_component(child) or (child / COMPLETE_MARKER).exists()
+    ]
+    return bool(components) and all((child / COMPLETE_MARKER).exists() for child in components)
+
+
+def list_step_dirs(root_path: str) -> list[tuple[int, str]]:
+    """``[(N, path)]`` of ``global_step_N`` folders under ``root_path``, ascending by N."""
+    root = Path(root_path)
+    if not root.is_dir():
+        return []
+    steps = [(int(m.group(1)), str(child)) for child in root.iterdir() if (m := _STEP_DIR.match(child.name))]
+    return sorted(steps)
+
+
+def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step_{}") -> str | None:
+    """The folder to resume from under ``path`` (verl's name), or None.
+
+    Reads the tracker (verl). If the tracked folder is missing or incomplete, falls back to the newest
+    complete ``global_step_M`` with ``M`` below the tracked step. Without a tracker file: None, as verl.
+    """
+    if path is None:
+        return None
+    step = read_checkpoint_tracker(path)
+    if step is None:
+        print(f"[checkpoint] tracker file {get_checkpoint_tracker_filename(path)} not found", flush=True)
+        return None
+    tracked = os.path.join(path, directory_format.format(step))
+    if is_checkpoint_complete(tracked):
+        return tracked
+    for older, folder in reversed(list_step_dirs(path)):
+        if older < step and is_checkpoint_complete(folder):
+            print(f"[checkpoint] {tracked} is incomplete; using {folder}", flush=True)
+            return folder
+    print(f"[checkpoint] {tracked} is incomplete and no older complete checkpoint exists", flush=True)
+    return None
+
+
+# ----------------------------------------------------------------------------- rotation
+
+
+def step_of(path: str) -> int | None:
+    """N for ``.../global_step_N`` or ``.../global_step_N/<component>``, else None."""
+    for part in reversed(Path(path).parts[-2:]):
+        match = _STEP_DIR.match(part)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def rotate_component_checkpoints(local_path: str, max_ckpt_to_keep: int | None) -> list[str]:
+    """Keep the newest ``max_ckpt_to_keep`` complete copies of this component; delete older ones.
+
+    ``local_path`` is ``{root}/global_step_N/{component}`` (just saved). Older ``global_step_M/{component}``
+    folders beyond the limit are removed (verl removes the component folder); a step folder left
+    empty is removed too. Runs after the new save completed, so a crash never leaves zero checkpoints.
+    ``None`` or ``<= 0`` keeps everything. Returns the removed paths.
+    """
+    if not max_ckpt_to_keep or max_ckpt_to_keep <= 0:
+        return []
+    component = Path(local_path).name
+    step_dir = Path(local_path).parent
+    if _STEP_DIR.match(step_dir.name) is None:
+        return []
+    saved = [
+        os.path.join(folder, component)
+        for _, folder in list_step_dirs(str(step_dir.parent))
+        if is_checkpoint_complete(os.path.join(folder, component))
+    ]
+    removed = saved[: max(0, len(saved) - max_ckpt_to_keep)]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+        parent = Path(path).parent
+        if parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+    return removed
+
+
+# ----------------------------------------------------------------------------- RNG state
+
+
+def get_rng_state() -> dict[str, Any]:
+    """RNG states of python, numpy, torch CPU (and CUDA when available), weights_only-loadable."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "cpu": torch.get_rng_state(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached_gaussian)),
+        "random": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`get_rng_state` returned (CUDA only when saved and available)."""
+    torch.set_rng_state(state["cpu"])
+    kind, keys, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.int64).astype(np.uint32), pos, has_gauss, cached_gaussian))
+    version, internal, gauss = state["random"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

@@ -1,0 +1,100 @@
+"""Build the reward function from the config and call it (verl 0.5 ``trainer/ppo/reward.py``).
+
+- :func:`get_custom_reward_fn`: ``custom_reward_function.path`` / ``.name`` with
+  ``custom_reward_function.reward_kwargs`` bound as keyword arguments.
+- :func:`load_reward_manager`: ``reward_model.reward_manager`` picks the class; it gets the custom
+  function or :func:`~hybridrl.utils.reward_score.default_compute_score`.
+- :func:`compute_reward`: ``(reward_tensor [B, R], reward_extra_infos_dict)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hybridrl.utils.import_utils import load_extern_type
+
+
+def get_custom_reward_fn(config: Any) -> Callable | None:
+    """The user's scoring function with ``reward_kwargs`` bound, or None when no path is configured.
+
+    Raises:
+        FileNotFoundError / AttributeError / RuntimeError naming ``custom_reward_function.path`` / ``.name``.
+    """
+    fn_config = config.get("custom_reward_function", None) or {}
+    file_path = fn_config.get("path", None)
+    if not file_path:
+        return None
+    name = fn_config.get("name", None) or "compute_score"
+    raw_fn = load_extern_type(file_path, name, key="custom_reward_function.path")
+    if not callable(raw_fn):
+        raise TypeError(f"custom_reward_function.name={name!r} in {file_path} is not callable")
+    print(f"using customized reward function '{name}' from '{file_path}'")
+    reward_kwargs = dict(fn_config.get("reward_kwargs", None) or {})
+    # functools.partial (not a closure) so the function pickles into the prime manager's processes.
+    return functools.partial(raw_fn, **reward_kwargs)
+
+
+def _default_score_fn(config: Any) -> Callable:
+    from hybridrl.utils.reward_score import default_compute_score
+
+    sandbox = config.reward_model.get("sandbox_fusion", None) or {}
+    memory_limit_mb = sandbox.get("memory_limit_mb", None)
+    if memory_limit_mb:
+        return functools.partial(default_compute_score, memory_limit_mb=memory_limit_mb)
+    return default_compute_score
+
+
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Callable:
+    """Instantiate ``reward_model.reward_manager`` (default ``naive``) for ``config`` (the whole config).
+
+    ``reward_kwargs`` go to the manager's constructor (e.g. ``on_error="zero"``, ``timeout_s``; for
+    ``batch`` the rest is forwarded to the scoring function). For ``dapo``, ``max_resp_len`` defaults to
+    ``data.max_response_length`` and ``overlong_buffer_cfg`` to ``reward_model.overlong_buffer``.
+    """
+    from hybridrl.workers.reward_manager import get_reward_manager_cls
+
+    name = config.reward_model.get("reward_manager", "naive") or "naive"
+    manager_cls = get_reward_manager_cls(name)
+    compute_score = get_custom_reward_fn(config) or _default_score_fn(config)
+    if name == "dapo":
+        reward_kwargs.setdefault("max_resp_len", config.data.get("max_response_length", None))
+        reward_kwargs.setdefault("overlong_buffer_cfg", config.reward_model.get("overlong_buffer", None))
+    return manager_cls(
+        tokenizer=tokenizer,
+        num_examine=num_examine,
+        compute_score=compute_score,
+        reward_fn_key=config.data.get("reward_fn_key", "data_source"),
+        **reward_kwargs,
+    )
+
+
+def compute_reward(data: Any, reward_fn: Callable) -> tuple[torch.Tensor, dict[str, list]]:
+    """``(reward_tensor [B, R], reward_extra_infos_dict)``; managers without dict output give ``{}``.
+
+    Unlike verl, errors of the reward function are not swallowed here: verl retries without
+    ``return_dict`` on *any* exception, which hides the real error.
+    """
+    try:
+        result = reward_fn(data, return_dict=True)
+    except TypeError as exc:
+        if "return_dict" not in str(exc):
+            raise
+        return reward_fn(data), {}
+    if isinstance(result, dict):
+        return result["reward_tensor"], dict(result.get("reward_extra_info", {}) or {})
+    return result, {}
+
+
+def compute_reward_async(data: Any, config: Any = None, tokenizer: Any = None, reward_fn: Callable | None = None):
+    """Plain-function form of verl's ``compute_reward_async`` (the trainer may wrap it in ``ray.remote``)."""
+    if reward_fn is None:
+        if config is None or tokenizer is None:
+            raise ValueError("compute_reward_async needs reward_fn, or config and tokenizer to build one")
+        reward_fn = load_reward_manager(
+            config, tokenizer, num_examine=0, **(config.reward_model.get("reward_kwargs", None) or {})
+        )
+    return compute_reward(data, reward_fn)

@@ -1,0 +1,97 @@
+"""``dapo``: like ``naive`` plus DAPO's overlong-buffer length penalty (Yu et al., 2025, §3.4).
+
+Notation: L = valid response length, L_max = ``max_resp_len``, B = ``overlong_buffer_cfg.len``,
+f = ``overlong_buffer_cfg.penalty_factor``. With the buffer enabled::
+
+    expected_len = L_max - B
+    penalty      = min(-(L - expected_len) / B * f, 0)        (0 below expected_len, -f at L = L_max)
+    reward       = score + penalty
+
+With ``overlong_buffer_cfg.log`` the extras ``overlong_reward`` and ``overlong`` are recorded.
+Non-dict scores are also recorded as ``acc``. A trailing eos string is stripped before scoring.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hybridrl.workers.reward_manager.abstract import AbstractRewardManager
+from hybridrl.workers.reward_manager.registry import register
+
+
+def overlong_penalty(valid_response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
+    """``min(-(L - (L_max - B)) / B * f, 0)``; e.g. L=90, L_max=100, B=20, f=1 → -(90-80)/20 = -0.5."""
+    expected_len = max_resp_len - buffer_len
+    if expected_len < 0:
+        warnings.warn(
+            f"overlong buffer len ({buffer_len}) > max_resp_len ({max_resp_len}): every response is penalised; "
+            "reduce reward_model.overlong_buffer.len or raise data.max_response_length",
+            stacklevel=2,
+        )
+    return min(-(valid_response_length - expected_len) / buffer_len * penalty_factor, 0.0)
+
+
+@register("dapo")
+class DAPORewardManager(AbstractRewardManager):
+    """Score like ``naive``; add :func:`overlong_penalty` when ``overlong_buffer_cfg.enable``."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int,
+        compute_score: Callable | None = None,
+        reward_fn_key: str = "data_source",
+        max_resp_len: int | None = None,
+        overlong_buffer_cfg: Any = None,
+        on_error: str = "raise",
+        timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, on_error, timeout_s)
+        self.max_resp_len, self.overlong_buffer_cfg = max_resp_len, overlong_buffer_cfg
+        if overlong_buffer_cfg is not None and max_resp_len is None:
+            raise ValueError(f"max_resp_len (data.max_response_length) is required with {overlong_buffer_cfg=}")
+
+    def _score_one(self, data: Any, i: int, reward_extra_info: dict, printed: dict) -> tuple[float, int]:
+        prompt_str, response_str, valid_response_length = self.decode_sample(data, i)
+        eos = self.tokenizer.eos_token
+        if eos and response_str.endswith(eos):
+            response_str = response_str[: -len(eos)]
+        data_source, ground_truth, extra_info = self.sample_fields(data, i)
+        try:
+            result = self.call_with_timeout(self.compute_score, data_source=data_source, solution_str=response_str,
+                                            ground_truth=ground_truth, extra_info=extra_info)
+        except Exception as exc:
+            result = self.failure(i, data_source, f"{type(exc).__name__}: {exc}")
+        score, extra = self.checked_score(i, data_source, result)
+        for key, value in (extra or {"acc": score}).items():
+            reward_extra_info[key].append(value)
+        reward = score
+        cfg = self.overlong_buffer_cfg
+        if cfg is not None and cfg.get("enable", False):
+            penalty = overlong_penalty(valid_response_length, self.max_resp_len, cfg["len"], cfg["penalty_factor"])
+            reward += penalty
+            if cfg.get("log", False):
+                reward_extra_info["overlong_reward"].append(penalty)
+                reward_extra_info["overlong"].append(penalty < 0)
+        self.maybe_print(printed, data_source, {"prompt": prompt_str, "response": response_str,
+                                                "ground_truth": ground_truth, **(extra or {"score": score})})
+        return reward, valid_response_length
+
+    def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
+        from_rm = self._extract_reward_from_rm_scores(data, return_dict)
+        if from_rm is not None:
+            return from_rm
+        reward_tensor = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
+        reward_extra_info: dict[str, list] = defaultdict(list)
+        printed: dict = {}
+        for i in range(len(data)):
+            reward, valid_response_length = self._score_one(data, i, reward_extra_info, printed)
+            reward_tensor[i, valid_response_length - 1] = reward
+        if return_dict:
+            return {"reward_tensor": reward_tensor, "reward_extra_info": reward_extra_info}
+        return reward_tensor

@@ -238,19 +238,31 @@ def list_of_dict_to_dict_of_list(list_of_dict: list[dict[str, Any]]) -> dict[str
     return output
 
 
+def _mean_timing(timings: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key mean of per-worker timing dicts (what verl's ``reduce_timing`` all-reduce AVG yields)."""
+    keys = dict.fromkeys(key for timing in timings for key in timing)
+    return {key: sum(t[key] for t in timings if key in t) / sum(key in t for t in timings) for key in keys}
+
+
 def merge_meta_info(meta_infos: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge the meta_info of concatenated DataProtos.
 
-    Non-metric keys must agree across parts. ``metrics`` (a dict, or a list of dicts, per worker) are
-    collected and flattened into one dict of lists: ``[{"loss": 1}, {"loss": 2}]`` → ``{"loss": [1, 2]}``.
+    * ``metrics`` (a dict, or a list of dicts, per worker) are collected and flattened into one dict
+      of lists: ``[{"loss": 1}, {"loss": 2}]`` → ``{"loss": [1, 2]}``.
+    * ``timing`` dicts (seconds per stage, measured per worker) are averaged per key, as verl's
+      workers do with ``reduce_timing`` before returning.
+    * every other key must agree across parts.
     """
     merged: dict[str, Any] = {}
     all_metrics: list[dict[str, Any]] = []
+    timings: list[dict[str, float]] = []
     for meta_info in meta_infos:
         for key, value in meta_info.items():
             if key == "metrics":
                 if value is not None:
                     all_metrics.extend(value if isinstance(value, list) else [value])
+            elif key == "timing" and isinstance(value, dict):
+                timings.append(value)
             elif key in merged:
                 require(
                     _deep_equal(merged[key], value),
@@ -260,6 +272,8 @@ def merge_meta_info(meta_infos: list[dict[str, Any]]) -> dict[str, Any]:
                 merged[key] = value
     if all_metrics:
         merged["metrics"] = list_of_dict_to_dict_of_list(all_metrics)
+    if timings:
+        merged["timing"] = _mean_timing(timings)
     return merged
 
 

@@ -96,6 +96,14 @@ def test_concat_roundtrip_and_metrics_merge() -> None:
     assert merged.meta_info == {"t": 1, "metrics": {"loss": [1.0, 2.0, 3.0]}}
 
 
+def test_concat_averages_per_worker_timing() -> None:
+    parts = make_data(4).chunk(2)
+    parts[0].meta_info = {"t": 1, "timing": {"gen": 1.0, "sync": 0.5}}
+    parts[1].meta_info = {"t": 1, "timing": {"gen": 3.0}}
+    # gen: (1 + 3) / 2 = 2; sync only reported by one worker: 0.5
+    assert DataProto.concat(parts).meta_info == {"t": 1, "timing": {"gen": 2.0, "sync": 0.5}}
+
+
 def test_concat_conflicting_meta_names_key() -> None:
     with pytest.raises(AssertionError, match="'t'"):
         DataProto.concat([make_data(2, {"t": 1}), make_data(2, {"t": 2})])

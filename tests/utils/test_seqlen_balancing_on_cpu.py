@@ -157,8 +157,20 @@ def test_rearrange_micro_batches_adds_batches_when_ceil_count_overflows() -> Non
     # (verl v0.5 stops at 2 and overflows the budget; hybridrl keeps the budget.)
     batch = make_batch([10, 10, 10], seq_len=10)
     mbs, idx = rearrange_micro_batches(batch, max_token_len=15, same_micro_num_in_dp=False)
-    assert idx == [[0], [1], [2]] or sorted(idx) == [[0], [1], [2]]
+    assert sorted(idx) == [[0], [1], [2]]
     assert [int(mb["attention_mask"].sum()) for mb in mbs] == [10, 10, 10]
+
+
+def test_rearrange_micro_batches_syncs_count_over_process_group(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        batch = make_batch([4] * 8, seq_len=4)
+        mbs, _ = rearrange_micro_batches(batch, max_token_len=16, same_micro_num_in_dp=True)
+        assert len(mbs) == 2  # MAX over a 1-rank group leaves ceil(32 / 16) unchanged
+    finally:
+        dist.destroy_process_group()
 
 
 def test_get_reverse_idx_is_inverse_permutation() -> None:

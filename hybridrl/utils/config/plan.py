@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset-len", type=int, default=None, help="training rows after overlong filtering")
     parser.add_argument("--config-name", default="ppo_trainer")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for main_ppo")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     try:
         config = compose_config(args.config_name, args.overrides)
     except ConfigError as error:

@@ -6,8 +6,15 @@ import warnings
 
 import pytest
 
-from hybridrl.utils.config import ConfigError, ConfigWarning, collect_problems, compose_config, validate_config
-from hybridrl.utils.config import checks_env, errors
+from hybridrl.utils.config import (
+    ConfigError,
+    ConfigWarning,
+    checks_env,
+    collect_problems,
+    compose_config,
+    errors,
+    validate_config,
+)
 
 
 def _problems(overrides, *extra, **kwargs):

@@ -36,11 +36,13 @@ from hybridrl.protocol_extras import (
 from hybridrl.protocol_ops import (
     DataProtoConfig,
     as_key_list,
+    check_rows,
     chunk_sizes,
     common_batch_size,
     deserialize_tensordict,
     list_of_dict_to_dict_of_list,
     merge_meta_info,
+    normalize_row_index,
     require,
     require_batch,
     serialize_tensordict,
@@ -96,19 +98,7 @@ class DataProto:
 
     def check_consistency(self) -> None:
         """One batch dim; every non-tensor value is an ndarray whose length equals the batch size."""
-        if self.batch is not None:
-            require(len(self.batch.batch_size) == 1, f"only num_batch_dims=1 is supported, got {self.batch.batch_size}")
-        batch_size = self.batch.batch_size[0] if self.batch is not None else None
-        for key, val in self.non_tensor_batch.items():
-            require(
-                isinstance(val, np.ndarray),
-                f"non_tensor_batch['{key}'] must be a numpy array with dtype=object, got {type(val).__name__}",
-            )
-            if batch_size is not None:
-                require(
-                    val.shape[0] == batch_size,
-                    f"non_tensor_batch key '{key}' has length {val.shape[0]}, but the batch size is {batch_size}",
-                )
+        check_rows(self.batch, self.non_tensor_batch)
 
     def __len__(self) -> int:
         if self.batch is not None:
@@ -268,13 +258,7 @@ class DataProto:
 
     def select_idxs(self, idxs: list[Any] | np.ndarray | torch.Tensor) -> DataProto:
         """Rows at integer indices, or where a bool mask is True, as a new DataProto."""
-        if isinstance(idxs, list):
-            idxs = torch.tensor(idxs)
-            if idxs.dtype != torch.bool:
-                idxs = idxs.to(torch.int64)
-        idxs_torch = torch.from_numpy(idxs) if isinstance(idxs, np.ndarray) else idxs
-        idxs_np = idxs_torch.detach().cpu().numpy()
-        size = int(idxs_np.sum()) if idxs_np.dtype == bool else int(idxs_np.shape[0])
+        idxs_torch, idxs_np, size = normalize_row_index(idxs)
         return self._map_rows(size, lambda _, t: t[idxs_torch.to(t.device)], lambda _, v: v[idxs_np])
 
     def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:

@@ -89,6 +89,35 @@ def require_batch(batch: TensorDict | None, operation: str) -> TensorDict:
     return batch
 
 
+def check_rows(batch: TensorDict | None, non_tensor_batch: dict[str, Any]) -> None:
+    """DataProto invariant: one batch dim; non-tensor values are ndarrays of the batch's length."""
+    if batch is not None:
+        require(len(batch.batch_size) == 1, f"only num_batch_dims=1 is supported, got {batch.batch_size}")
+    batch_size = batch.batch_size[0] if batch is not None else None
+    for key, val in non_tensor_batch.items():
+        require(
+            isinstance(val, np.ndarray),
+            f"non_tensor_batch['{key}'] must be a numpy array with dtype=object, got {type(val).__name__}",
+        )
+        if batch_size is not None:
+            require(
+                val.shape[0] == batch_size,
+                f"non_tensor_batch key '{key}' has length {val.shape[0]}, but the batch size is {batch_size}",
+            )
+
+
+def normalize_row_index(idxs: list[Any] | np.ndarray | torch.Tensor) -> tuple[torch.Tensor, np.ndarray, int]:
+    """Integer indices or a bool mask as (torch index, numpy index, number of selected rows)."""
+    if isinstance(idxs, list):
+        idxs = torch.tensor(idxs)
+        if idxs.dtype != torch.bool:
+            idxs = idxs.to(torch.int64)
+    idxs_torch = torch.from_numpy(idxs) if isinstance(idxs, np.ndarray) else idxs
+    idxs_np = idxs_torch.detach().cpu().numpy()
+    size = int(idxs_np.sum()) if idxs_np.dtype == bool else int(idxs_np.shape[0])
+    return idxs_torch, idxs_np, size
+
+
 def as_key_list(keys: str | list[str] | None) -> list[str]:
     """``None`` → ``[]``, ``"a"`` → ``["a"]``, a list unchanged; anything else is a TypeError."""
     if keys is None:

@@ -1,0 +1,243 @@
+"""``ActorRolloutRefWorker``: the policy's worker — training actor, rollout engine and reference policy.
+
+One class plays any combination of the three roles (verl's hybrid engine), chosen by ``role``:
+``actor``, ``rollout``, ``ref``, ``actor_rollout``, ``actor_rollout_ref``. Each method is a thin
+RPC surface: DataProto in → actor / rollout / ref call → DataProto out.
+
+    generate_sequences   prompts                      → responses, input_ids, ... (rollout handle)
+    compute_log_prob     input_ids, responses, ...    → old_log_probs, entropys
+    compute_ref_log_prob input_ids, responses, ...    → ref_log_prob
+    update_actor         + advantages, old_log_probs  → meta_info["metrics"]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from omegaconf import open_dict
+
+from hybridrl.protocol import DataProto
+from hybridrl.single_controller.base import Worker
+from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.device import current_device, get_device_name
+from hybridrl.workers import engine
+from hybridrl.workers.actor import DataParallelPPOActor
+from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes, resolved_copy
+from hybridrl.workers.worker_common import (
+    ModelSpec,
+    build_fsdp_module,
+    init_worker_distributed,
+    memory_metrics,
+    on_device,
+)
+
+__all__ = ["ActorRolloutRefWorker"]
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+
+
+class ActorRolloutRefWorker(Worker):
+    """Policy worker (verl 0.5 API).
+
+    Args:
+        config: the ``actor_rollout_ref`` section (verl keys); copied and resolved, then batch sizes are
+            normalised per rank (``actor.ppo_mini_batch_size *= rollout.n; //= world_size``).
+        role: one of :data:`ROLES`.
+    """
+
+    def __init__(self, config: Any, role: str) -> None:
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"ActorRolloutRefWorker role={role!r} is not one of {ROLES}.")
+        self.config = resolved_copy(config)
+        self.role = role
+        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self._device_name = get_device_name()
+        world_size = init_worker_distributed(self._device_name)
+        if self._is_actor:
+            rollout_n = int(self.config.rollout.get("n", 1) or 1)
+            normalize_actor_batch_sizes(self.config.actor, rollout_n, world_size, "actor_rollout_ref.actor")
+        if self._is_actor or self._is_rollout:
+            normalize_log_prob_batch_sizes(self.config.rollout, world_size, "actor_rollout_ref.rollout")
+        if self._is_ref:
+            normalize_log_prob_batch_sizes(self.config.ref, world_size, "actor_rollout_ref.ref")
+        self.actor_module: Any = None
+        self.actor_optimizer: torch.optim.Optimizer | None = None
+        self.actor_lr_scheduler: Any = None
+        self.rollout: Any = None
+        self._checkpoint_manager: Any = None
+
+    # ------------------------------------------------------------------ build
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build tokenizer, actor (+ optimizer, LR scheduler), rollout handle and ref, as the role asks."""
+        model_config = self.config.model
+        self.tokenizer = engine.build_tokenizer(
+            model_config.get("tokenizer_path") or model_config.path,
+            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            custom_chat_template=model_config.get("custom_chat_template"),
+        )
+        use_remove_padding = bool(model_config.get("use_remove_padding", False))
+        if self._is_actor or self._is_rollout:
+            self._build_actor(use_remove_padding)
+        if self._is_rollout:
+            from hybridrl.workers.rollout import build_rollout_handle
+
+            self.rollout = build_rollout_handle(
+                self.config.rollout,
+                model_config,
+                tokenizer=self.tokenizer,
+                hf_config=self.hf_config,
+                actor_module=self.actor_module,
+                device_name=self._device_name,
+            )
+        if self._is_ref:
+            self._build_ref(use_remove_padding)
+
+    def _build_actor(self, use_remove_padding: bool) -> None:
+        actor_config = self.config.actor
+        spec = ModelSpec(
+            self.config.model, actor_config.fsdp_config, actor_config.get("strategy", "fsdp2"), "causal_lm", True
+        )
+        self.actor_module, self.hf_config = build_fsdp_module(spec, self._device_name)
+        if self._is_actor:
+            self.actor_optimizer = engine.build_optimizer(self.actor_module, actor_config.optim)
+            self.actor_lr_scheduler = engine.build_lr_scheduler(self.actor_optimizer, actor_config.optim)
+        with open_dict(actor_config):  # verl copies the model-level switch into the actor section
+            actor_config.use_remove_padding = use_remove_padding
+        self.actor = DataParallelPPOActor(actor_config, self.actor_module, self.actor_optimizer)
+        self._offload_actor(optimizer_too=True)
+
+    def _build_ref(self, use_remove_padding: bool) -> None:
+        ref_config = self.config.ref
+        strategy = ref_config.get("strategy") or self.config.actor.get("strategy", "fsdp2")
+        spec = ModelSpec(self.config.model, ref_config.get("fsdp_config", {}), strategy, "causal_lm", False)
+        self.ref_module, ref_hf_config = build_fsdp_module(spec, self._device_name)
+        if not (self._is_actor or self._is_rollout):
+            self.hf_config = ref_hf_config
+        with open_dict(ref_config):
+            ref_config.use_remove_padding = use_remove_padding
+        self.ref_policy = DataParallelPPOActor(ref_config, self.ref_module)
+
+    # ------------------------------------------------------------------ offload helpers
+
+    def _actor_fsdp_flags(self) -> tuple[bool, bool]:
+        fsdp_config = self.config.actor.fsdp_config
+        return bool(fsdp_config.get("param_offload", False)), bool(fsdp_config.get("optimizer_offload", False))
+
+    def _offload_actor(self, optimizer_too: bool) -> None:
+        param_offload, optimizer_offload = self._actor_fsdp_flags()
+        if param_offload:
+            engine.offload_model(self.actor_module)
+        if optimizer_too and optimizer_offload and self.actor_optimizer is not None:
+            engine.offload_optimizer(self.actor_optimizer)
+
+    def _actor_on_device(self, with_optimizer: bool) -> Any:
+        param_offload, optimizer_offload = self._actor_fsdp_flags()
+        return on_device(self.actor_module, self.actor_optimizer, param_offload, with_optimizer and optimizer_offload)
+
+    # ------------------------------------------------------------------ RPC surface
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate responses with the rollout handle (it syncs the actor's weights first when stale)."""
+        if not self._is_rollout:
+            raise RuntimeError(f"generate_sequences needs a rollout role; this worker has role={self.role!r}.")
+        prompts.meta_info.setdefault("eos_token_id", self.tokenizer.eos_token_id)
+        prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        with self._actor_on_device(with_optimizer=False):
+            output = self.rollout.generate_sequences(prompts.to(current_device()))
+        return output.to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs [B, R]`` and ``entropys [B, R]`` under the current actor (rollout.log_prob_* sizes)."""
+        if not self._is_actor:
+            raise RuntimeError(f"compute_log_prob needs an actor role; this worker has role={self.role!r}.")
+        rollout = self.config.rollout
+        data = data.to(current_device())
+        data.meta_info.update(
+            micro_batch_size=rollout.get("log_prob_micro_batch_size_per_gpu"),
+            max_token_len=rollout.get("log_prob_max_token_len_per_gpu"),
+            use_dynamic_bsz=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
+            temperature=rollout.get("temperature", 1.0),
+        )
+        with self._actor_on_device(with_optimizer=False):
+            log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        output = DataProto.from_dict(
+            tensors={"old_log_probs": log_probs, "entropys": entropys},
+            meta_info={"temperature": data.meta_info["temperature"]},
+        )
+        return output.to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob [B, R]`` under the frozen reference policy (ref.log_prob_* sizes)."""
+        if not self._is_ref:
+            raise RuntimeError(f"compute_ref_log_prob needs a ref role; this worker has role={self.role!r}.")
+        ref = self.config.ref
+        data = data.to(current_device())
+        data.meta_info.update(
+            micro_batch_size=ref.get("log_prob_micro_batch_size_per_gpu"),
+            max_token_len=ref.get("log_prob_max_token_len_per_gpu"),
+            use_dynamic_bsz=bool(ref.get("log_prob_use_dynamic_bsz", False)),
+            temperature=self.config.rollout.get("temperature", 1.0),
+        )
+        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO update; returns ``meta_info["metrics"]`` (actor/*, actor/lr, perf/*) and steps the LR schedule."""
+        if not self._is_actor:
+            raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
+        data = data.to(current_device())
+        with self._actor_on_device(with_optimizer=True):
+            metrics: dict[str, Any] = self.actor.update_policy(data)
+            metrics.update(memory_metrics())
+            metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+            self.actor_lr_scheduler.step()
+        if self.rollout is not None:
+            self.rollout.mark_weights_stale()
+        return DataProto(meta_info={"metrics": metrics})
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint(self) -> Any:
+        if self._checkpoint_manager is None:
+            from hybridrl.workers.engine import FSDPCheckpointManager
+
+            self._checkpoint_manager = FSDPCheckpointManager(
+                model=self.actor_module,
+                optimizer=self.actor_optimizer,
+                lr_scheduler=self.actor_lr_scheduler,
+                processing_class=self.tokenizer,
+                checkpoint_config=self.config.actor.get("checkpoint"),
+            )
+        return self._checkpoint_manager
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
+    ) -> None:
+        """Save the actor (model, optimizer, LR scheduler, RNG) in verl's layout under ``local_path``."""
+        with self._actor_on_device(with_optimizer=True):
+            self._checkpoint().save_checkpoint(
+                local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
+            )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
+        """Restore the actor from ``local_path``; the rollout re-syncs its weights before the next generation."""
+        with self._actor_on_device(with_optimizer=True):
+            self._checkpoint().load_checkpoint(
+                local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
+            )
+        if self.rollout is not None:
+            self.rollout.mark_weights_stale()

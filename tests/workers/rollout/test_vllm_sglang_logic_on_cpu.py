@@ -1,0 +1,54 @@
+"""Pure logic of the vLLM and SGLang rollouts (no engine needed)."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+from rollout_testlib import rollout_config
+
+from hybridrl.workers.rollout.sampling import resolve_sampling_params
+from hybridrl.workers.rollout.vllm_rollout import build_engine_kwargs, check_model_fits, to_vllm_sampling_kwargs
+
+
+class _HFConfig:
+    max_position_embeddings = 1024
+    hidden_size = 64
+    num_attention_heads = 2
+
+
+def test_build_engine_kwargs_from_verl_keys():
+    cfg = rollout_config(name="vllm", dtype="bfloat16", load_format="dummy_dtensor", max_num_batched_tokens=8192,
+                         engine_kwargs={"vllm": {"swap_space": None, "kv_cache_dtype": "auto"}})
+    kwargs = build_engine_kwargs(cfg, OmegaConf.create({"path": "/m"}), _HFConfig(), device_name="cpu",
+                                 follows_actor=True, seed=3)
+    assert kwargs["model"] == "/m" and kwargs["dtype"] == "bfloat16" and kwargs["load_format"] == "dummy"
+    assert kwargs["max_model_len"] == 32 + 8  # prompt_length + response_length
+    assert kwargs["kv_cache_dtype"] == "auto" and "swap_space" not in kwargs  # None values are not passed
+    assert "gpu_memory_utilization" not in kwargs  # CPU engine
+    gpu = build_engine_kwargs(rollout_config(name="vllm", tensor_model_parallel_size=2), {"path": "/m"},
+                              _HFConfig(), device_name="cuda", follows_actor=False, seed=0)
+    assert gpu["distributed_executor_backend"] == "external_launcher" and gpu["load_format"] == "auto"
+
+
+def test_check_model_fits_errors_name_the_keys():
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        check_model_fits(rollout_config(prompt_length=1000, response_length=100), _HFConfig(), "cpu")
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        check_model_fits(rollout_config(max_num_batched_tokens=16), _HFConfig(), "cpu")
+
+    class Head16(_HFConfig):
+        num_attention_heads = 4  # head_dim 16
+
+    with pytest.raises(ValueError, match="head_dim"):
+        check_model_fits(rollout_config(), Head16(), "cpu")
+
+
+def test_vllm_sampling_kwargs():
+    params = resolve_sampling_params(rollout_config(top_k=-1), {"eos_token_id": 9}, eos_token_ids=[2], pad_token_id=3)
+    kwargs = to_vllm_sampling_kwargs(params)
+    assert kwargs["stop_token_ids"] == [9, 2] and kwargs["logprobs"] == 0 and kwargs["top_k"] == -1
+    greedy = to_vllm_sampling_kwargs(
+        resolve_sampling_params(rollout_config(), {"do_sample": False, "ignore_eos": True}, eos_token_ids=[2],
+                                pad_token_id=3)
+    )
+    assert greedy["temperature"] == 0.0 and greedy["stop_token_ids"] == [] and greedy["ignore_eos"]

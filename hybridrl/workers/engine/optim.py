@@ -3,9 +3,13 @@
 LR schedules (verl ``torch_functional``), as multipliers of ``optim.lr`` at scheduler step ``s``
 (``W`` = warmup steps, ``T`` = ``total_training_steps``, ``m`` = ``min_lr_ratio``, ``c`` = ``num_cycles``):
 
-    constant:  min(1, s / max(1, W))
+    constant:  s / max(1, W) for s < W, else 1
     cosine:    s / max(1, W)                                              for s < W
                max(0, (1 - m)/2 · cos(2π c · (s - W) / max(1, T - W)) + (1 + m)/2)   otherwise
+
+Deviation: verl 0.4/0.5's constant schedule is ``min(1, s / max(1, W))``, which gives lr 0 for the
+first update when ``W == 0``; later verl (and HF) return 1 once ``s >= W``. hybridrl follows the fix;
+the two agree whenever ``W >= 1``.
 
 Warmup steps: ``lr_warmup_steps`` when it is >= 0, else ``int(lr_warmup_steps_ratio · T)`` (verl 0.5:
 the key defaults to -1, meaning "use the ratio").
@@ -46,7 +50,9 @@ def get_constant_schedule_with_warmup(optimizer: torch.optim.Optimizer, num_warm
     """Linear warmup from 0 to ``lr`` over ``num_warmup_steps``, then constant."""
 
     def lr_lambda(step: int) -> float:
-        return min(1.0, float(step) / float(max(1, num_warmup_steps)))
+        if step < num_warmup_steps:
+            return float(step) / float(max(1, num_warmup_steps))
+        return 1.0
 
     return LambdaLR(optimizer, lr_lambda)
 

@@ -43,7 +43,8 @@ def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]
 
     Collective: all ranks must consume the whole iterator in the same order. FSDP2 gathers tensor by
     tensor (peak memory: one full tensor); FSDP1 gathers the whole dict first. Tensors stay on the
-    device they were gathered on (``cpu`` on a gloo mesh).
+    device they were gathered on (``cpu`` on a gloo mesh). A tensor may alias the module's own storage
+    (world size 1, plain modules): copy it before modifying it.
     """
     version = fsdp_version(module)
     if version == 1:
@@ -58,11 +59,10 @@ def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]
 
 
 def get_full_state_dict(module: nn.Module, *, to_cpu: bool = True) -> dict[str, torch.Tensor]:
-    """The full state dict as a dict on every rank (detached; on CPU when ``to_cpu``)."""
+    """The full state dict on every rank, as copies (never aliasing the module); on CPU when ``to_cpu``."""
     out = {}
     for name, tensor in iter_full_state_dict(module):
-        tensor = tensor.detach()
-        out[name] = tensor.cpu() if to_cpu else tensor
+        out[name] = tensor.detach().to("cpu" if to_cpu else tensor.device, copy=True)
     return out
 
 

@@ -42,7 +42,7 @@ def to_plain(config: DictConfig) -> dict[str, Any]:
     """The tree as plain dicts/lists with interpolations left as ``${...}`` strings."""
     plain = OmegaConf.to_container(config, resolve=False)
     assert isinstance(plain, dict)
-    return plain
+    return {str(key): value for key, value in plain.items()}
 
 
 def flatten_keys(tree: DictConfig | dict[str, Any], prefix: str = "") -> dict[str, Any]:

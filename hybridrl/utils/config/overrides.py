@@ -15,19 +15,28 @@ from hybridrl.utils.config.loading import allowed_additions, flatten_keys, has_k
 from hybridrl.utils.config.suggest import unknown_key_fix
 
 
-def split_cli_overrides(argv: list[str]) -> list[str]:
-    """The positional ``key=value`` overrides of a Hydra command line (flags like ``--cfg job`` dropped)."""
+def split_cli_overrides(argv: list[str]) -> tuple[list[str], bool]:
+    """The positional ``key=value`` overrides of a Hydra command line (flags like ``--cfg job`` dropped),
+    and whether the command line picks another config (``--config-name/-path/-dir``, as recipes do)."""
     try:
         from hydra._internal.utils import get_args_parser
 
-        return list(get_args_parser().parse_known_args(argv)[0].overrides)
+        args = get_args_parser().parse_known_args(argv)[0]
+        other = any(getattr(args, name, None) for name in ("config_name", "config_path", "config_dir"))
+        return list(args.overrides), other
     except Exception:  # noqa: BLE001 - Hydra internals moved: fall back to a plain scan
-        return [a for a in argv if "=" in a and not a.startswith("-")]
+        other = any(a.startswith(("--config-", "-cn", "-cp", "-cd")) for a in argv)
+        return [a for a in argv if "=" in a and not a.startswith("-")], other
 
 
 def prepare_cli_argv(argv: list[str], config_name: str = "ppo_trainer") -> list[str]:
-    """``argv`` with allow-listed ``+key=`` rewritten; raises ConfigError for unknown keys."""
-    overrides = split_cli_overrides(argv)
+    """``argv`` with allow-listed ``+key=`` rewritten; raises ConfigError for unknown keys.
+
+    A command line that selects another config (a recipe's YAML) is left to Hydra unchanged.
+    """
+    overrides, other_config = split_cli_overrides(argv)
+    if other_config:
+        return list(argv)
     rewritten = dict(zip(overrides, prepare_overrides(overrides, config_name)))
     return [rewritten.get(arg, arg) for arg in argv]
 

@@ -58,3 +58,19 @@ def test_closest_keys():
     assert closest_keys("trainer.totl_epochs", keys)[0] == "trainer.total_epochs"
     # a leaf put under the wrong section is found by its name
     assert "actor_rollout_ref.rollout.temperature" in closest_keys("actor_rollout_ref.actor.temperature", keys)
+
+
+def test_cli_argv_keeps_flags_and_leaves_recipe_configs_to_hydra():
+    from hybridrl.utils.config import prepare_cli_argv
+
+    assert prepare_cli_argv(["--cfg", "job", "+data.seed=2", "trainer.nnodes=1"]) == [
+        "--cfg",
+        "job",
+        "data.seed=2",
+        "trainer.nnodes=1",
+    ]
+    with pytest.raises(ConfigError):
+        prepare_cli_argv(["--cfg", "job", "trainer.totl_epochs=3"])
+    # a recipe's own YAML may define keys ppo_trainer.yaml lacks: Hydra checks those itself
+    recipe = ["--config-name", "dapo_trainer", "trainer.totl_epochs=3"]
+    assert prepare_cli_argv(recipe) == recipe

@@ -1,0 +1,166 @@
+"""The FSDP worker classes called directly in one process (WORLD_SIZE=1, FSDP2/FSDP1 over gloo)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from fsdp_workers_testlib import RESPONSE_LEN, hf_response_log_probs, ppo_batch, ppo_config
+
+from hybridrl.single_controller.base.decorator import Dispatch
+from hybridrl.single_controller.base.worker import free_port
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_rank_group():
+    """A 1-rank gloo group for the workers of this module, torn down afterwards."""
+    mp = pytest.MonkeyPatch()
+    for key, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        mp.setenv(key, value)
+    mp.setenv("MASTER_PORT", str(free_port()))
+    mp.setenv("HYBRIDRL_DEVICE", "cpu")
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def actor_worker(tiny_model_dir):
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    worker = ActorRolloutRefWorker(ppo_config(tiny_model_dir).actor_rollout_ref, role="actor")
+    worker.init_model()
+    return worker
+
+
+def test_methods_are_registered_as_verl(tiny_model_dir):
+    from hybridrl.single_controller.base.decorator import MAGIC_ATTR
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+
+    def mode(cls, name):
+        return getattr(getattr(cls, name), MAGIC_ATTR)["dispatch_mode"]
+
+    for name in ("init_model", "save_checkpoint", "load_checkpoint"):
+        assert mode(ActorRolloutRefWorker, name) == Dispatch.ONE_TO_ALL
+    for name in ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor"):
+        assert mode(ActorRolloutRefWorker, name) == Dispatch.DP_COMPUTE_PROTO
+    assert mode(CriticWorker, "compute_values") == Dispatch.DP_COMPUTE_PROTO
+    assert mode(CriticWorker, "update_critic") == Dispatch.DP_COMPUTE_PROTO
+    assert mode(RewardModelWorker, "compute_rm_score") == Dispatch.DP_COMPUTE_PROTO
+
+
+def test_actor_config_is_normalised_per_rank(tiny_model_dir):
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    cfg = ppo_config(tiny_model_dir, "actor_rollout_ref.rollout.n=2")
+    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
+    assert worker.config.actor.ppo_mini_batch_size == 8  # 4 prompts × n=2 ÷ 1 rank
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 4  # the caller's config is untouched
+    bad = ppo_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3")
+    with pytest.raises(ValueError, match="ppo_micro_batch_size_per_gpu"):
+        ActorRolloutRefWorker(bad.actor_rollout_ref, role="actor")
+
+
+def test_compute_log_prob_matches_hf_and_ref(actor_worker, tiny_model_dir):
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    data = ppo_batch()
+    out = actor_worker.compute_log_prob(data)
+    assert set(out.batch.keys()) == {"old_log_probs", "entropys"}
+    assert out.batch["old_log_probs"].shape == (4, RESPONSE_LEN)
+    expected = hf_response_log_probs(tiny_model_dir, data.batch)
+    torch.testing.assert_close(out.batch["old_log_probs"], expected, rtol=1e-5, atol=1e-5)
+
+    ref_worker = ActorRolloutRefWorker(ppo_config(tiny_model_dir).actor_rollout_ref, role="ref")
+    ref_worker.init_model()
+    ref = ref_worker.compute_ref_log_prob(ppo_batch())
+    torch.testing.assert_close(ref.batch["ref_log_prob"], expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="actor role"):
+        ref_worker.update_actor(ppo_batch())
+
+
+def test_update_actor_returns_verl_metrics_and_changes_log_probs(actor_worker):
+    data = ppo_batch(seed=1)
+    before = actor_worker.compute_log_prob(ppo_batch(seed=1)).batch["old_log_probs"]
+    data.batch["old_log_probs"] = before
+    metrics = actor_worker.update_actor(data).meta_info["metrics"]
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "actor/grad_norm"):
+        assert key in metrics
+    assert len(metrics["actor/pg_loss"]) == 2  # mini 4 / micro 2
+    assert metrics["actor/lr"] == pytest.approx(1e-3)
+    assert {"perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb"} <= set(metrics)
+    after = actor_worker.compute_log_prob(ppo_batch(seed=1)).batch["old_log_probs"]
+    assert (after - before).abs().max() > 1e-4
+
+
+def test_critic_worker_values_and_update(tiny_model_dir):
+    from hybridrl.workers.fsdp_workers import CriticWorker
+
+    worker = CriticWorker(ppo_config(tiny_model_dir).critic)
+    worker.init_model()
+    data = ppo_batch()
+    values = worker.compute_values(data).batch["values"]
+    mask = data.batch["response_mask"].bool()
+    assert values.shape == (4, RESPONSE_LEN)
+    assert bool((values[~mask] == 0).all()) and bool((values[mask] != 0).all())
+    metrics = worker.update_critic(data).meta_info["metrics"]
+    for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr"):
+        assert key in metrics
+    assert metrics["critic/lr"] == pytest.approx(1e-3)
+
+
+def _reward_worker(cfg):
+    from hybridrl.workers.fsdp_workers import RewardModelWorker
+
+    worker = RewardModelWorker(cfg.reward_model)
+    worker.init_model()
+    return worker
+
+
+def test_reward_model_scores_last_valid_response_token(tiny_model_dir):
+    torch.manual_seed(0)  # the score head is freshly initialised
+    worker = _reward_worker(ppo_config(tiny_model_dir))
+    data = ppo_batch()
+    rm_scores = worker.compute_rm_score(data).batch["rm_scores"]
+    assert rm_scores.shape == (4, RESPONSE_LEN)
+    batch = data.batch
+    with torch.no_grad():
+        logits = worker.reward_module(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits.squeeze(-1)
+    valid_lengths = batch["response_mask"].sum(-1)  # 5, 4, 3, 2
+    for row, length in enumerate(valid_lengths.tolist()):
+        last = 6 + length - 1  # prompt is 6 wide, the response starts at 6
+        assert rm_scores[row, length - 1] == pytest.approx(logits[row, last].item(), abs=1e-5)
+        others = torch.cat([rm_scores[row, : length - 1], rm_scores[row, length:]])
+        assert bool((others == 0).all())
+
+
+def test_reward_model_rerenders_chat_when_tokenizers_differ(tiny_model_dir, tiny_llama_dir):
+    """input_tokenizer (the policy's) ≠ RM path: prompt + decoded response go through the RM's chat template."""
+    from hybridrl.workers.engine import build_tokenizer
+
+    torch.manual_seed(0)
+    cfg = ppo_config(
+        tiny_model_dir, f"reward_model.model.input_tokenizer={tiny_llama_dir}", "reward_model.max_length=128"
+    )
+    worker = _reward_worker(cfg)
+    data = ppo_batch(batch_size=2)
+    chats = [[{"role": "user", "content": f"what is {i} plus {i}"}] for i in range(2)]
+    raw_prompt = np.empty(2, dtype=object)
+    raw_prompt[0], raw_prompt[1] = chats
+    data.non_tensor_batch["raw_prompt"] = raw_prompt
+    rm_scores = worker.compute_rm_score(data).batch["rm_scores"]
+    policy_tok, rm_tok = build_tokenizer(tiny_llama_dir), build_tokenizer(tiny_model_dir)
+    for row in range(2):
+        length = int(data.batch["response_mask"][row].sum())
+        response = policy_tok.decode(data.batch["responses"][row, :length].tolist()).replace(policy_tok.eos_token, "")
+        text = rm_tok.apply_chat_template(
+            [*chats[row], {"role": "assistant", "content": response}], add_generation_prompt=False, tokenize=False
+        )
+        ids = rm_tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            expected = worker.reward_module(input_ids=ids).logits[0, -1, 0]
+        assert rm_scores[row, length - 1] == pytest.approx(expected.item(), abs=1e-4)

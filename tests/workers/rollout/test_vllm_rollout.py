@@ -30,7 +30,8 @@ def vllm_actor(tiny_model_dir):
 def vllm_handle(tiny_model_dir, tokenizer, vllm_actor):
     from hybridrl.workers.rollout import build_rollout_handle
 
-    cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128)
+    cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128,
+                         max_num_seqs=64)
     return build_rollout_handle(
         cfg, OmegaConf.create({"path": tiny_model_dir}), tokenizer=tokenizer, hf_config=vllm_actor.config,
         actor_module=vllm_actor, device_name="cpu",

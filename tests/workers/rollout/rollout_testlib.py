@@ -14,9 +14,19 @@ QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the su
 def rollout_config(**overrides):
     """A verl-shaped ``actor_rollout_ref.rollout`` section for tests (fp32 so log-probs compare tightly)."""
     base = {
-        "name": "hf", "temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True, "response_length": 8,
-        "prompt_length": 32, "dtype": "float32", "n": 1, "ignore_eos": False, "calculate_log_probs": True,
-        "free_cache_engine": True, "update_weights_bucket_megabytes": 1,
+        "name": "hf",
+        "temperature": 1.0,
+        "top_k": -1,
+        "top_p": 1.0,
+        "do_sample": True,
+        "response_length": 8,
+        "prompt_length": 32,
+        "dtype": "float32",
+        "n": 1,
+        "ignore_eos": False,
+        "calculate_log_probs": True,
+        "free_cache_engine": True,
+        "update_weights_bucket_megabytes": 1,
         "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0, "n": 1, "do_sample": False},
     }
     base.update(overrides)
@@ -33,7 +43,11 @@ def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     mask = enc["attention_mask"]
     return DataProto.from_dict(
-        tensors={"input_ids": enc["input_ids"], "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)},
+        tensors={
+            "input_ids": enc["input_ids"],
+            "attention_mask": mask,
+            "position_ids": compute_position_id_with_mask(mask),
+        },
         non_tensors={"uid": [f"q{i}" for i in range(len(questions))]},
         meta_info=dict(meta),
     )
@@ -43,8 +57,12 @@ def build_handle(tiny_model_dir, tokenizer, actor, **overrides):
     from hybridrl.workers.rollout import build_rollout_handle
 
     return build_rollout_handle(
-        rollout_config(**overrides), OmegaConf.create({"path": tiny_model_dir}), tokenizer=tokenizer,
-        hf_config=actor.config, actor_module=actor, device_name="cpu",
+        rollout_config(**overrides),
+        OmegaConf.create({"path": tiny_model_dir}),
+        tokenizer=tokenizer,
+        hf_config=actor.config,
+        actor_module=actor,
+        device_name="cpu",
     )
 
 

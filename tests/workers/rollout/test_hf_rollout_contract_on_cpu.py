@@ -81,15 +81,18 @@ def test_n_repeats_rows_interleaved(tiny_model_dir, tokenizer, actor):
     assert list(out.non_tensor_batch["uid"][:6]) == ["q0", "q0", "q0", "q1", "q1", "q1"]
     assert torch.equal(out.batch["prompts"][0], out.batch["prompts"][2])
     # with 512-token vocab and T=1 three samples of 5 tokens are (almost surely) not all identical
-    assert not (torch.equal(out.batch["responses"][0], out.batch["responses"][1])
-                and torch.equal(out.batch["responses"][1], out.batch["responses"][2]))
+    assert not (
+        torch.equal(out.batch["responses"][0], out.batch["responses"][1])
+        and torch.equal(out.batch["responses"][1], out.batch["responses"][2])
+    )
 
 
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_rollout_log_probs_match_a_full_forward(tiny_model_dir, tokenizer, actor, name, temperature):
-    handle = build_handle(tiny_model_dir, tokenizer, actor, name=name, response_length=8, temperature=temperature,
-                          top_k=50, top_p=0.9)
+    handle = build_handle(
+        tiny_model_dir, tokenizer, actor, name=name, response_length=8, temperature=temperature, top_k=50, top_p=0.9
+    )
     out = handle.generate_sequences(make_prompts(tokenizer, temperature=temperature))
     mask = out.batch["attention_mask"][:, -8:].bool()
     expected = forward_log_probs(actor, out, temperature)

@@ -105,8 +105,11 @@ def test_rollout_probs_diff_metrics_hand_computed():
 
 
 def test_check_rollout_probs_diff_raises_with_diagnosis():
-    metrics = {"training/rollout_probs_diff_max": 0.3, "training/rollout_probs_diff_mean": 0.1,
-               "training/rollout_probs_diff_std": 0.05}
+    metrics = {
+        "training/rollout_probs_diff_max": 0.3,
+        "training/rollout_probs_diff_mean": 0.1,
+        "training/rollout_probs_diff_std": 0.05,
+    }
     check_rollout_probs_diff(metrics, bound=0.5)  # within bound
     check_rollout_probs_diff(metrics, bound=None)  # disabled
     with pytest.raises(RolloutConsistencyError, match="rollout.dtype=bfloat16.*stale rollout weights"):

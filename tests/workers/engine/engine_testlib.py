@@ -86,3 +86,59 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world_size)]
+
+
+# ----------------------------------------------------------------------------- a tiny training setup
+
+FSDP_CONFIG = {
+    "param_offload": False,
+    "optimizer_offload": False,
+    "offload_policy": False,
+    "reshard_after_forward": True,
+    "fsdp_size": -1,
+    "wrap_policy": {"min_num_params": 0},
+    "forward_prefetch": False,
+}
+OPTIM_CONFIG = {
+    "lr": 1e-2,
+    "betas": [0.9, 0.999],
+    "weight_decay": 0.01,
+    "lr_warmup_steps": 2,
+    "lr_warmup_steps_ratio": 0.0,
+    "total_training_steps": 10,
+    "warmup_style": "cosine",
+    "min_lr_ratio": 0.1,
+    "num_cycles": 0.5,
+}
+
+
+def build_training_setup(model_dir: str, strategy: str = "fsdp2", kind: str = "causal_lm") -> tuple:
+    """``(module, optimizer, lr_scheduler, tokenizer)`` for ``model_dir`` wrapped with ``strategy``."""
+    from omegaconf import OmegaConf
+
+    from hybridrl.workers.engine import apply_fsdp, build_lr_scheduler, build_optimizer, build_tokenizer, load_hf_model
+
+    module, _ = load_hf_model(model_dir, kind=kind)
+    module = apply_fsdp(module, OmegaConf.create(FSDP_CONFIG), strategy=strategy)
+    optimizer = build_optimizer(module, OmegaConf.create(OPTIM_CONFIG))
+    scheduler = build_lr_scheduler(optimizer, OmegaConf.create(OPTIM_CONFIG))
+    return module, optimizer, scheduler, build_tokenizer(model_dir)
+
+
+def token_batch(seed: int, batch: int = 2, length: int = 12) -> torch.Tensor:
+    """Deterministic token ids ``[batch, length]`` in the tiny vocab."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, 500, (batch, length), generator=generator)
+
+
+def train_step(module: Any, optimizer: Any, scheduler: Any, input_ids: torch.Tensor) -> float:
+    """One LM step (dropout-free model, so the global RNG is only used by callers). Returns the loss."""
+    from hybridrl.workers.engine import clip_grad_and_step
+
+    module.train()
+    loss = module(input_ids=input_ids, labels=input_ids).loss
+    loss.backward()
+    clip_grad_and_step(module, optimizer, max_norm=1.0)
+    optimizer.zero_grad()
+    scheduler.step()
+    return float(loss.detach())

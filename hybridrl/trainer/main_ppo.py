@@ -35,9 +35,11 @@ def check_config(config: DictConfig) -> BatchPlan:
     return plan
 
 
-def run_ppo(config: DictConfig) -> None:
-    """Start Ray and train (the trainer issue replaces this)."""
-    raise NotImplementedError("the PPO trainer lands with issue 8")
+def run_ppo(config: DictConfig, task_runner_class: type | None = None) -> dict:
+    """Start (or join) Ray, run the TaskRunner actor (the single controller) and train."""
+    from hybridrl.trainer.ppo.task_runner import run_ppo as _run_ppo
+
+    return _run_ppo(config, task_runner_class=task_runner_class)
 
 
 @hydra.main(config_path=str(config_dir()), config_name="ppo_trainer", version_base=None)

@@ -112,10 +112,10 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         self.resource_pool_manager.create_resource_pool()
         class_dicts: dict[Any, dict[str, RayClassWithInitArgs]] = {}
 
-        def add(role: Role, **init_kwargs: Any) -> None:
-            pool = self.resource_pool_manager.get_resource_pool(role)
-            cls = RayClassWithInitArgs(cls=self.role_worker_mapping[role], **init_kwargs)
-            class_dicts.setdefault(pool, {})[str(role)] = cls
+        def add(key: Role, **init_kwargs: Any) -> None:
+            pool = self.resource_pool_manager.get_resource_pool(key)
+            cls = RayClassWithInitArgs(cls=self.role_worker_mapping[key], **init_kwargs)
+            class_dicts.setdefault(pool, {})[str(key)] = cls
 
         actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
         add(actor_role, config=self.config.actor_rollout_ref, role=str(actor_role))

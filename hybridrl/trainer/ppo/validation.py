@@ -36,8 +36,7 @@ class ValidationMixin:
             if "uid" not in batch.non_tensor_batch:
                 batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             batch = batch.repeat(val_kwargs.n, interleave=True)
-            output = self._generate_for_validation(batch, val_kwargs)
-            batch = batch.union(output)
+            batch = batch.union(self._generate_for_validation(batch, val_kwargs))
             reward = self.val_reward_fn(batch, return_dict=True)
             seq_scores = reward["reward_tensor"].sum(-1).tolist()
             scores.extend(seq_scores)
@@ -53,7 +52,7 @@ class ValidationMixin:
         return self._reduce_validation(data_sources, uids, dict(extra))
 
     def _generate_for_validation(self, batch: DataProto, val_kwargs: Any) -> DataProto:
-        gen_batch = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"], deepcopy=True)
+        gen_batch = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
         gen_batch.meta_info = {
             "eos_token_id": self.tokenizer.eos_token_id,
             "pad_token_id": self.tokenizer.pad_token_id,

@@ -1,0 +1,113 @@
+"""TaskRunner (the Ray actor that hosts the single controller) and ``run_ppo`` (ray.init → TaskRunner → fit).
+
+Roles and pools follow verl 0.5's ``main_ppo``: every role maps to ``global_pool``
+(``[trainer.n_gpus_per_node] * trainer.nnodes`` devices; on CPU, worker processes); the reward model goes to
+its own ``reward_pool`` when ``reward_model.enable_resource_pool``. Split placement (e.g. the critic on a
+pool of its own) is a different ``mapping``/``resource_pool_spec`` passed to :class:`TaskRunner`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+from omegaconf import OmegaConf
+
+# Environment for every Ray worker (verl's PPO_RAY_RUNTIME_ENV, minus GPU-vendor knobs that do not apply).
+PPO_RAY_ENV_VARS = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "NCCL_DEBUG": "WARN",
+    "VLLM_LOGGING_LEVEL": "WARN",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    "NCCL_CUMEM_ENABLE": "0",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
+}
+
+
+def build_role_mapping(config) -> tuple[dict, dict, dict]:
+    """Return ``(role_worker_mapping, resource_pool_spec, mapping)`` as verl 0.5's main_ppo builds them."""
+    import ray
+
+    from hybridrl.trainer.ppo.roles import Role, need_critic
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+
+    global_pool = "global_pool"
+    resource_pool_spec = {global_pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
+    role_worker_mapping: dict[Any, Any] = {Role.ActorRollout: ray.remote(ActorRolloutRefWorker)}
+    mapping: dict[Any, str] = {Role.ActorRollout: global_pool}
+    if need_critic(config):
+        role_worker_mapping[Role.Critic] = ray.remote(CriticWorker)
+        mapping[Role.Critic] = global_pool
+    if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
+        role_worker_mapping[Role.RefPolicy] = ray.remote(ActorRolloutRefWorker)
+        mapping[Role.RefPolicy] = global_pool
+    if config.reward_model.enable:
+        role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
+        mapping[Role.RewardModel] = global_pool
+        if config.reward_model.get("enable_resource_pool", False):
+            reward_pool = "reward_pool"
+            resource_pool_spec[reward_pool] = [config.reward_model.n_gpus_per_node] * config.reward_model.nnodes
+            mapping[Role.RewardModel] = reward_pool
+    return role_worker_mapping, resource_pool_spec, mapping
+
+
+class TaskRunner:
+    """Runs on a Ray actor: builds tokenizer, datasets, reward functions, worker groups, then trains."""
+
+    def run(self, config) -> dict[str, float]:
+        from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
+        from hybridrl.trainer.ppo.reward import load_reward_manager
+        from hybridrl.trainer.ppo.roles import ResourcePoolManager
+        from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
+        from hybridrl.utils.tokenizer import hf_tokenizer
+
+        OmegaConf.resolve(config)
+        model_cfg = config.actor_rollout_ref.model
+        local_path = os.path.expanduser(model_cfg.path)
+        tokenizer = hf_tokenizer(local_path, trust_remote_code=model_cfg.get("trust_remote_code", False))
+        role_worker_mapping, pool_spec, mapping = build_role_mapping(config)
+        reward_kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
+        reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
+        train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
+        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, None)
+        trainer = RayPPOTrainer(
+            config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
+            resource_pool_manager=ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping),
+            reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset,
+            collate_fn=collate_fn, train_sampler=create_rl_sampler(config.data, train_dataset),
+            device_name=config.trainer.device,
+        )
+        trainer.init_workers()
+        return trainer.fit()
+
+
+def _raise_keyboard_interrupt(signum, frame):  # SIGTERM → the same clean path as Ctrl-C
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_ppo(config, task_runner_class=None) -> dict[str, float]:
+    """Start (or join) Ray, run the TaskRunner actor, and always shut Ray down."""
+    import ray
+
+    from hybridrl.utils.ray_utils import init_ray
+
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    env_vars = {**PPO_RAY_ENV_VARS, "HYBRIDRL_DEVICE": config.trainer.device}
+    started_here = not ray.is_initialized()
+    if started_here:
+        init_ray(config.get("ray_init", {}), config.trainer.device, env_vars=env_vars)
+    runner_cls = ray.remote(num_cpus=1)(task_runner_class or TaskRunner)
+    try:
+        runner = runner_cls.options(runtime_env={"env_vars": env_vars}).remote()
+        return ray.get(runner.run.remote(config))
+    except KeyboardInterrupt:
+        print("[main_ppo] interrupted: stopping workers. Checkpoints are written atomically, so the last "
+              "complete one is safe to resume from (trainer.resume_mode=auto).", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -40,7 +40,13 @@ def extract_solution(answer: str) -> str:
 
 def find_split_files(root: str, split: str) -> list[str]:
     """Files of ``split`` under ``root`` (see the module docstring for the accepted layouts)."""
-    patterns = [f"{split}.jsonl", f"{split}.parquet", f"{split}-*.parquet", f"main/{split}-*.parquet", f"main/{split}.jsonl"]
+    patterns = [
+        f"{split}.jsonl",
+        f"{split}.parquet",
+        f"{split}-*.parquet",
+        f"main/{split}-*.parquet",
+        f"main/{split}.jsonl",
+    ]
     for pattern in patterns:
         files = sorted(glob.glob(os.path.join(root, pattern)))
         if files:

@@ -28,7 +28,9 @@ def load_module_from_path(file_path: str, key: str = "path") -> ModuleType:
     """
     path = os.path.abspath(os.path.expanduser(str(file_path)))
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{key}={file_path!r}: file not found (resolved to {path}). Fix the path in the config.")
+        raise FileNotFoundError(
+            f"{key}={file_path!r}: file not found (resolved to {path}). Fix the path in the config."
+        )
     digest = hashlib.sha1(path.encode()).hexdigest()[:12]
     module_name = f"hybridrl_extern_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
     if module_name in sys.modules:

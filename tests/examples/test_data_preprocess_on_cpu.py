@@ -53,8 +53,12 @@ def test_gsm8k_conversion(tmp_path, tokenizer, layout):
     train = pq.read_table(str(out / "train.parquet")).to_pylist()
     assert train[1]["reward_model"] == {"style": "rule", "ground_truth": "1500"}  # commas removed
     assert train[0]["prompt"][0]["content"].endswith('output the final answer after "####".')
-    assert train[0]["extra_info"] == {"split": "train", "index": 0, "answer": GSM8K_FIXTURE["train"][0]["answer"],
-                                      "question": GSM8K_FIXTURE["train"][0]["question"]}
+    assert train[0]["extra_info"] == {
+        "split": "train",
+        "index": 0,
+        "answer": GSM8K_FIXTURE["train"][0]["answer"],
+        "question": GSM8K_FIXTURE["train"][0]["question"],
+    }
     ds = RLHFDataset(str(out / "test.parquet"), tokenizer, {"max_prompt_length": 128, "truncation": "left"})
     item = ds[0]
     assert item["data_source"] == "openai/gsm8k" and item["reward_model"]["ground_truth"] == "-3"
@@ -84,15 +88,20 @@ def test_arithmetic_generator(tmp_path, tokenizer):
     ds = RLHFDataset(str(tmp_path / "a" / "train.parquet"), tokenizer, {"max_prompt_length": 48})
     item = ds[0]
     assert item["data_source"] == "arithmetic" and item["attention_mask"].sum() > 0
-    assert default_compute_score("arithmetic", f"= {item['reward_model']['ground_truth']}",
-                                 item["reward_model"]["ground_truth"]) == 1.0
+    assert (
+        default_compute_score(
+            "arithmetic", f"= {item['reward_model']['ground_truth']}", item["reward_model"]["ground_truth"]
+        )
+        == 1.0
+    )
 
 
 def test_countdown_generator_targets_are_reachable(tmp_path, tokenizer):
     import itertools
 
-    load_script("countdown").main(["--train_size", "20", "--test_size", "5", "--seed", "1",
-                                   "--local_dir", str(tmp_path)])
+    load_script("countdown").main(
+        ["--train_size", "20", "--test_size", "5", "--seed", "1", "--local_dir", str(tmp_path)]
+    )
     rows = pq.read_table(str(tmp_path / "train.parquet")).to_pylist()
     assert len(rows) == 20
     for row in rows[:5]:  # brute force: some left-fold of the numbers reaches the target

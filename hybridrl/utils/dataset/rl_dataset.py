@@ -123,8 +123,12 @@ class RLHFDataset(Dataset):
             lengths = [_prompt_length(m) for m in messages]
         before = len(self.dataframe)
         self.dataframe = [row for row, n in zip(self.dataframe, lengths) if n <= self.max_prompt_length]
-        logger.info("filter dataset len: %d (dropped %d prompts longer than %d tokens)",
-                    len(self.dataframe), before - len(self.dataframe), self.max_prompt_length)
+        logger.info(
+            "filter dataset len: %d (dropped %d prompts longer than %d tokens)",
+            len(self.dataframe),
+            before - len(self.dataframe),
+            self.max_prompt_length,
+        )
 
     def resume_dataset_state(self) -> None:
         """Re-read the files (verl calls this after loading a checkpoint)."""
@@ -151,8 +155,12 @@ class RLHFDataset(Dataset):
                 "or data.filter_overlong_prompts=True"
             )
         input_ids, attention_mask = verl_F.postprocess_data(
-            encoded["input_ids"], encoded["attention_mask"], max_length=self.max_prompt_length,
-            pad_token_id=self.tokenizer.pad_token_id, left_pad=True, truncation=self.truncation,
+            encoded["input_ids"],
+            encoded["attention_mask"],
+            max_length=self.max_prompt_length,
+            pad_token_id=self.tokenizer.pad_token_id,
+            left_pad=True,
+            truncation=self.truncation,
         )
         row["input_ids"], row["attention_mask"] = input_ids[0], attention_mask[0]
         row["position_ids"] = verl_F.compute_position_id_with_mask(attention_mask)[0]
@@ -184,7 +192,9 @@ def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
 
         cls = load_extern_type(sampler_cfg["class_path"], sampler_cfg["class_name"], key="data.sampler.class_path")
         if int(data_config.get("dataloader_num_workers", 0) or 0) != 0:
-            raise ValueError("a custom data.sampler needs data.dataloader_num_workers=0 (it is updated from the trainer)")
+            raise ValueError(
+                "a custom data.sampler needs data.dataloader_num_workers=0 (it is updated from the trainer)"
+            )
         return cls(data_source=dataset, data_config=data_config)
     if data_config.get("shuffle", True):
         generator = torch.Generator()

@@ -76,7 +76,9 @@ class SFTDataset(Dataset):
         tok = self.tokenizer
         prompt_str = tok.apply_chat_template(
             [{"role": "user", "content": self.prompts[item]}],
-            add_generation_prompt=True, tokenize=False, chat_template=self.chat_template,
+            add_generation_prompt=True,
+            tokenize=False,
+            chat_template=self.chat_template,
         )
         prompt_ids = tok(prompt_str, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
         response_ids = tok(self.responses[item] + tok.eos_token, return_tensors="pt", add_special_tokens=False)[

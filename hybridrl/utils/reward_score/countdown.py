@@ -63,7 +63,11 @@ def evaluate_equation(equation_str: str) -> float:
 
 
 def compute_score(
-    solution_str: str, ground_truth: dict[str, Any], method: str = "strict", format_score: float = 0.1, score: float = 1.0
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.1,
+    score: float = 1.0,
 ) -> float:
     """Score a countdown answer; ``ground_truth = {"target": int, "numbers": [int, ...]}``."""
     target, numbers = ground_truth["target"], list(ground_truth["numbers"])

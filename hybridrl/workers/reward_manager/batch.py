@@ -36,8 +36,11 @@ class BatchRewardManager(AbstractRewardManager):
         try:
             scores = self.call_with_timeout(
                 self.compute_score,
-                data_sources=[f[0] for f in fields], solution_strs=[d[1] for d in decoded],
-                ground_truths=[f[1] for f in fields], extra_infos=[f[2] for f in fields], **self.reward_kwargs,
+                data_sources=[f[0] for f in fields],
+                solution_strs=[d[1] for d in decoded],
+                ground_truths=[f[1] for f in fields],
+                extra_infos=[f[2] for f in fields],
+                **self.reward_kwargs,
             )
         except Exception as exc:
             scores = [self.failure(-1, "<whole batch>", f"{type(exc).__name__}: {exc}")] * len(data)
@@ -60,8 +63,11 @@ class BatchRewardManager(AbstractRewardManager):
             for key, value in (extra or {}).items():
                 reward_extra_info[key].append(value)
             reward_tensor[i, lengths[i] - 1] = score
-            self.maybe_print(printed, data_source, {"prompt": prompt_strs[i], "response": response_strs[i],
-                                                    "ground_truth": ground_truth, "score": score})
+            self.maybe_print(
+                printed,
+                data_source,
+                {"prompt": prompt_strs[i], "response": response_strs[i], "ground_truth": ground_truth, "score": score},
+            )
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": reward_extra_info}
         return reward_tensor

@@ -63,8 +63,13 @@ class DAPORewardManager(AbstractRewardManager):
             response_str = response_str[: -len(eos)]
         data_source, ground_truth, extra_info = self.sample_fields(data, i)
         try:
-            result = self.call_with_timeout(self.compute_score, data_source=data_source, solution_str=response_str,
-                                            ground_truth=ground_truth, extra_info=extra_info)
+            result = self.call_with_timeout(
+                self.compute_score,
+                data_source=data_source,
+                solution_str=response_str,
+                ground_truth=ground_truth,
+                extra_info=extra_info,
+            )
         except Exception as exc:
             result = self.failure(i, data_source, f"{type(exc).__name__}: {exc}")
         score, extra = self.checked_score(i, data_source, result)
@@ -78,8 +83,16 @@ class DAPORewardManager(AbstractRewardManager):
             if cfg.get("log", False):
                 reward_extra_info["overlong_reward"].append(penalty)
                 reward_extra_info["overlong"].append(penalty < 0)
-        self.maybe_print(printed, data_source, {"prompt": prompt_str, "response": response_str,
-                                                "ground_truth": ground_truth, **(extra or {"score": score})})
+        self.maybe_print(
+            printed,
+            data_source,
+            {
+                "prompt": prompt_str,
+                "response": response_str,
+                "ground_truth": ground_truth,
+                **(extra or {"score": score}),
+            },
+        )
         return reward, valid_response_length
 
     def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:

@@ -33,8 +33,10 @@ class NaiveRewardManager(AbstractRewardManager):
             try:
                 result = self.call_with_timeout(
                     self.compute_score,
-                    data_source=data_source, solution_str=response_str,
-                    ground_truth=ground_truth, extra_info=extra_info,
+                    data_source=data_source,
+                    solution_str=response_str,
+                    ground_truth=ground_truth,
+                    extra_info=extra_info,
                 )
             except Exception as exc:
                 result = self.failure(i, data_source, f"{type(exc).__name__}: {exc}")
@@ -43,8 +45,11 @@ class NaiveRewardManager(AbstractRewardManager):
                 reward_extra_info[key].append(value)
             reward_tensor[i, valid_response_length - 1] = score
             shown = dict(extra) if extra else {"score": score}
-            self.maybe_print(printed, data_source,
-                             {"prompt": prompt_str, "response": response_str, "ground_truth": ground_truth, **shown})
+            self.maybe_print(
+                printed,
+                data_source,
+                {"prompt": prompt_str, "response": response_str, "ground_truth": ground_truth, **shown},
+            )
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": reward_extra_info}
         return reward_tensor

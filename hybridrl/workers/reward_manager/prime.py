@@ -81,8 +81,12 @@ class PrimeRewardManager(AbstractRewardManager):
         scores = []
         for i, (status, value) in enumerate(self._run_parallel(args)):
             if status == "timeout":
-                logger.warning("[Timeout] prime reward: sample %d (data_source=%r) got no score within %ss; scoring 0",
-                               i, sources[i], self.timeout_s)
+                logger.warning(
+                    "[Timeout] prime reward: sample %d (data_source=%r) got no score within %ss; scoring 0",
+                    i,
+                    sources[i],
+                    self.timeout_s,
+                )
                 scores.append(0.0)
             elif status == "error":
                 scores.append(self.failure(i, sources[i], value))
@@ -102,8 +106,11 @@ class PrimeRewardManager(AbstractRewardManager):
             prompt_str, response_str, valid_response_length = self.decode_sample(data, i)
             data_source, ground_truth, _ = self.sample_fields(data, i)
             reward_tensor[i, valid_response_length - 1] = score
-            self.maybe_print(printed, data_source, {"prompt": prompt_str, "response": response_str,
-                                                    "ground_truth": ground_truth, "score": score})
+            self.maybe_print(
+                printed,
+                data_source,
+                {"prompt": prompt_str, "response": response_str, "ground_truth": ground_truth, "score": score},
+            )
         if return_dict:
             return {"reward_tensor": reward_tensor}
         return reward_tensor

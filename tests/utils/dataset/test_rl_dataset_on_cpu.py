@@ -157,7 +157,9 @@ def test_prompt_column_wrong_type(tokenizer, tmp_path):
 
 def test_custom_prompt_key(tokenizer, tmp_path):
     rows = [{"messages": [{"role": "user", "content": "hi"}], "data_source": "x", "extra_info": {"index": 7}}]
-    ds = RLHFDataset(write(tmp_path / "k.parquet", rows), tokenizer, {"prompt_key": "messages", "max_prompt_length": 16})
+    ds = RLHFDataset(
+        write(tmp_path / "k.parquet", rows), tokenizer, {"prompt_key": "messages", "max_prompt_length": 16}
+    )
     assert ds[0]["index"] == 7 and "messages" not in ds[0]
 
 

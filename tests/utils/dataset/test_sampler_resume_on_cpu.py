@@ -29,7 +29,9 @@ def test_sampler_kinds_and_seed():
     assert isinstance(a, RandomSampler) and list(a) == list(b)  # same seed → same order
     assert list(a) != list(create_rl_sampler({**CFG, "seed": 8}, DATA))
     assert sorted(list(create_rl_sampler(CFG, DATA))) == DATA
-    assert list(create_rl_sampler({"shuffle": True}, DATA)) == list(create_rl_sampler({"shuffle": True, "seed": 1}, DATA))
+    assert list(create_rl_sampler({"shuffle": True}, DATA)) == list(
+        create_rl_sampler({"shuffle": True, "seed": 1}, DATA)
+    )
 
 
 def test_drop_last_batches():

@@ -24,8 +24,9 @@ def test_sft_item_layout_and_loss_mask(tokenizer, tmp_path):
     path = write(tmp_path / "sft.parquet", [{"question": "What is 2 + 2?", "answer": "4"}])
     ds = SFTDataset(path, tokenizer, {"prompt_key": "question", "response_key": "answer", "max_length": 48})
     item = ds[0]
-    prompt_ids = tokenizer.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n",
-                                  add_special_tokens=False)
+    prompt_ids = tokenizer.encode(
+        "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )
     response_ids = tokenizer.encode("4<|im_end|>", add_special_tokens=False)
     p, r = len(prompt_ids), len(response_ids)
     assert item["input_ids"][: p + r].tolist() == prompt_ids + response_ids
@@ -39,8 +40,14 @@ def test_sft_item_layout_and_loss_mask(tokenizer, tmp_path):
 def test_sft_nested_keys_and_truncation(tokenizer, tmp_path):
     rows = [{"content": {"q": {"text": "hello there"}}, "reply": {"text": "general kenobi " * 10}}]
     path = write(tmp_path / "nested.parquet", rows)
-    cfg = {"prompt_key": "content", "prompt_dict_keys": ["q", "text"], "response_key": "reply",
-           "response_dict_keys": ["text"], "max_length": 12, "truncation": "right"}
+    cfg = {
+        "prompt_key": "content",
+        "prompt_dict_keys": ["q", "text"],
+        "response_key": "reply",
+        "response_dict_keys": ["text"],
+        "max_length": 12,
+        "truncation": "right",
+    }
     ds = SFTDataset(path, tokenizer, cfg)
     assert ds.prompts == ["hello there"]
     assert ds[0]["input_ids"].shape == (12,) and ds[0]["attention_mask"].sum() == 12

@@ -81,8 +81,14 @@ def test_math_compute_score():
 # ---------------------------------------------------------------------------- arithmetic
 @pytest.mark.parametrize(
     "text, truth, score",
-    [("The answer is 42", "42", 1.0), ("-7", "-7", 1.0), ("40 + 2 = 42.", "42", 1.0),
-     ("42 then 41", "42", 0.0), ("no number", "3", 0.0), ("1,234", "1234", 1.0)],
+    [
+        ("The answer is 42", "42", 1.0),
+        ("-7", "-7", 1.0),
+        ("40 + 2 = 42.", "42", 1.0),
+        ("42 then 41", "42", 0.0),
+        ("no number", "3", 0.0),
+        ("1,234", "1234", 1.0),
+    ],
 )
 def test_arithmetic(text, truth, score):
     assert arithmetic_score(text, truth) == score

@@ -4,10 +4,10 @@ get_custom_reward_fn errors, compute_reward output."""
 import pytest
 import torch
 from omegaconf import OmegaConf
+from rm_testlib import make_batch, valid_lengths
 
 from hybridrl.trainer.ppo.reward import compute_reward, compute_reward_async, get_custom_reward_fn, load_reward_manager
 from hybridrl.workers.reward_manager import DAPORewardManager, NaiveRewardManager, PrimeRewardManager
-from rm_testlib import make_batch, valid_lengths
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +72,19 @@ def test_custom_reward_function_errors(reward_file, tmp_path):
 
 
 def test_dapo_gets_length_and_buffer_from_config(tokenizer):
-    cfg = config(reward_model={"reward_manager": "dapo",
-                               "overlong_buffer": {"enable": True, "len": 4, "penalty_factor": 0.5, "log": False}})
+    cfg = config(
+        reward_model={
+            "reward_manager": "dapo",
+            "overlong_buffer": {"enable": True, "len": 4, "penalty_factor": 0.5, "log": False},
+        }
+    )
     manager = load_reward_manager(cfg, tokenizer, num_examine=0)
     assert isinstance(manager, DAPORewardManager)
     assert manager.max_resp_len == 12 and manager.overlong_buffer_cfg["len"] == 4
     # a config without reward_model.overlong_buffer: no penalty
-    assert load_reward_manager(config(reward_model={"reward_manager": "dapo"}), tokenizer, 0).overlong_buffer_cfg is None
+    assert (
+        load_reward_manager(config(reward_model={"reward_manager": "dapo"}), tokenizer, 0).overlong_buffer_cfg is None
+    )
 
 
 def test_manager_kwargs_and_unknown_name(tokenizer):

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from rm_testlib import make_batch, valid_lengths
 
 from hybridrl.workers.reward_manager import (
     BatchRewardManager,
@@ -16,7 +17,6 @@ from hybridrl.workers.reward_manager import (
     RewardFunctionError,
     get_reward_manager_cls,
 )
-from rm_testlib import make_batch, valid_lengths
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,11 @@ def test_naive_score_on_last_valid_token(tokenizer, batch):
 
 
 def dict_scorer(data_source, solution_str, ground_truth, extra_info=None):
-    return {"score": 0.5 if ground_truth in solution_str else -0.5, "pred": solution_str[-2:], "idx": extra_info["index"]}
+    return {
+        "score": 0.5 if ground_truth in solution_str else -0.5,
+        "pred": solution_str[-2:],
+        "idx": extra_info["index"],
+    }
 
 
 def test_naive_dict_results_and_printing(tokenizer, batch, capsys):
@@ -85,7 +89,9 @@ def raising_scorer(data_source, solution_str, ground_truth, extra_info=None):
 
 @pytest.mark.parametrize("cls", [NaiveRewardManager, DAPORewardManager])
 def test_raising_reward_fn_gives_clear_error(tokenizer, batch, cls):
-    with pytest.raises(RewardFunctionError, match=r"raising_scorer failed on sample 1 \(data_source='arithmetic'\).*boom"):
+    with pytest.raises(
+        RewardFunctionError, match=r"raising_scorer failed on sample 1 \(data_source='arithmetic'\).*boom"
+    ):
         cls(tokenizer, num_examine=0, compute_score=raising_scorer)(batch)
 
 
@@ -143,8 +149,9 @@ def test_dapo_overlong_penalty_values(tokenizer):
     assert out["reward_extra_info"]["overlong"] == [False, True, True, True]
     assert out["reward_extra_info"]["acc"] == [1.0] * 4
     # disabled buffer: plain scores
-    off = DAPORewardManager(tokenizer, 0, compute_score=lambda **kw: 1.0, max_resp_len=12,
-                            overlong_buffer_cfg={"enable": False})
+    off = DAPORewardManager(
+        tokenizer, 0, compute_score=lambda **kw: 1.0, max_resp_len=12, overlong_buffer_cfg={"enable": False}
+    )
     assert off(data).sum(-1).tolist() == [1.0] * 4
 
 
@@ -156,7 +163,9 @@ def slow_for_hang(data_source, solution_str, ground_truth, extra_info=None):
 
 @pytest.mark.slow
 def test_prime_parallel_with_timeout(tokenizer, caplog):
-    data = make_batch(tokenizer, ["a", "b", "c"], ["7", "7", "8"], ["7", "7", "7"], ["arithmetic", "hang", "arithmetic"])
+    data = make_batch(
+        tokenizer, ["a", "b", "c"], ["7", "7", "8"], ["7", "7", "7"], ["arithmetic", "hang", "arithmetic"]
+    )
     manager = PrimeRewardManager(tokenizer, 0, compute_score=slow_for_hang, timeout_s=2.0, num_processes=2)
     start = time.monotonic()
     with caplog.at_level(logging.WARNING):

@@ -164,3 +164,38 @@ def test_reward_model_rerenders_chat_when_tokenizers_differ(tiny_model_dir, tiny
         with torch.no_grad():
             expected = worker.reward_module(input_ids=ids).logits[0, -1, 0]
         assert rm_scores[row, length - 1] == pytest.approx(expected.item(), abs=1e-4)
+
+
+def test_actor_rollout_ref_generates_and_resyncs_after_update(tiny_model_dir):
+    """Hybrid engine with the hf rollout: generation follows the actor; an update marks weights stale."""
+    from hybridrl.protocol import DataProto
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    cfg = ppo_config(
+        tiny_model_dir,
+        "actor_rollout_ref.rollout.response_length=4",
+        "actor_rollout_ref.rollout.prompt_length=6",
+        "actor_rollout_ref.rollout.do_sample=False",
+    )
+    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
+    worker.init_model()
+    batch = ppo_batch()
+    prompts = DataProto.from_dict(
+        tensors={key: batch.batch[key][:, :6] for key in ("input_ids", "attention_mask", "position_ids")},
+        meta_info={"do_sample": False},
+    )
+    assert worker.rollout.weights_stale  # nothing synced yet
+    out = worker.generate_sequences(prompts)
+    assert out.batch["responses"].shape == (4, 4) and out.batch["input_ids"].shape == (4, 10)
+    assert not worker.rollout.weights_stale
+    # the generated tokens are scored by the actor and the reference alike before any update
+    scored = out.union(DataProto.from_dict(tensors={"response_mask": out.batch["attention_mask"][:, -4:]}))
+    old = worker.compute_log_prob(scored).batch["old_log_probs"]
+    ref = worker.compute_ref_log_prob(scored).batch["ref_log_prob"]
+    torch.testing.assert_close(old, ref, rtol=1e-5, atol=1e-5)
+    update = ppo_batch()
+    update.batch["old_log_probs"] = worker.compute_log_prob(ppo_batch()).batch["old_log_probs"]
+    worker.update_actor(update)
+    assert worker.rollout.weights_stale
+    worker.generate_sequences(prompts)
+    assert not worker.rollout.weights_stale

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import multiprocessing
 import os
 import socket
 import traceback
@@ -11,7 +13,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -53,7 +54,9 @@ def _entry(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: 
     try:
         dist.init_process_group("gloo")
         result = fn(rank, world_size, *args)
-        queue.put((rank, "ok", result))
+        buffer = io.BytesIO()  # bytes, not shared-memory tensors: those vanish when this process exits
+        torch.save(result, buffer)
+        queue.put((rank, "ok", buffer.getvalue()))
     except BaseException:  # report the failure instead of hanging the parent
         queue.put((rank, "error", traceback.format_exc()))
     finally:
@@ -67,7 +70,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     ``fn`` must be importable (module level). Results come back through a queue, so a crash at
     interpreter exit (seen with gloo on CPU) does not fail a run whose work finished.
     """
-    ctx = mp.get_context("spawn")
+    ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(r, world_size, port, fn, args, queue)) for r in range(world_size)]
@@ -79,7 +82,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
             rank, status, payload = queue.get(timeout=timeout)
             if status != "ok":
                 raise RuntimeError(f"rank {rank} failed:\n{payload}")
-            results[rank] = payload
+            results[rank] = torch.load(io.BytesIO(payload), weights_only=False)
     finally:
         for p in procs:
             p.join(timeout=30)

@@ -168,6 +168,9 @@ class ActorRolloutRefWorker(Worker):
         )
         with self._actor_on_device(with_optimizer=False):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        if self.world_size > 1 and engine.fsdp_version(self.actor_module) == 1:
+            # FSDP1 keeps the root's unsharded params after an eval forward; reshard to free them (as verl)
+            self.actor_module._handle.reshard(True)
         output = DataProto.from_dict(
             tensors={"old_log_probs": log_probs, "entropys": entropys},
             meta_info={"temperature": data.meta_info["temperature"]},
@@ -196,6 +199,7 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
         data = data.to(current_device())
+        data.meta_info.setdefault("temperature", self.config.rollout.get("temperature", 1.0))
         with self._actor_on_device(with_optimizer=True):
             metrics: dict[str, Any] = self.actor.update_policy(data)
             metrics.update(memory_metrics())

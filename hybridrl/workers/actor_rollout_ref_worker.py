@@ -170,7 +170,9 @@ class ActorRolloutRefWorker(Worker):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
         if self.world_size > 1 and engine.fsdp_version(self.actor_module) == 1:
             # FSDP1 keeps the root's unsharded params after an eval forward; reshard to free them (as verl)
-            self.actor_module._handle.reshard(True)
+            root_handle = getattr(self.actor_module, "_handle", None)
+            if root_handle is not None:
+                root_handle.reshard(True)
         output = DataProto.from_dict(
             tensors={"old_log_probs": log_probs, "entropys": entropys},
             meta_info={"temperature": data.meta_info["temperature"]},

@@ -92,6 +92,20 @@ def _draws():
     return (random.random(), torch.rand(1).item())
 
 
+def _save_hsdp_checkpoint(model_dir, path):
+    """fsdp_size=1 on 2 ranks: a 2-D (ddp=2, fsdp=1) mesh, i.e. HSDP with replicated params."""
+    from hybridrl.workers.engine import FSDPCheckpointManager, apply_fsdp, load_hf_model
+
+    config = OmegaConf.create({**FSDP_CONFIG, "fsdp_size": 1})
+    wrapped = apply_fsdp(load_hf_model(model_dir)[0], config)
+    assert wrapped.model.embed_tokens.weight.device_mesh.mesh_dim_names == ("ddp", "fsdp")
+    with torch.no_grad():
+        wrapped.model.norm.weight.mul_(1.5)  # make the saved weights differ from the original model
+        logits = wrapped(input_ids=token_batch(7)).logits
+    FSDPCheckpointManager(wrapped, None, None, None, {"save_contents": ["model"]}).save_checkpoint(path)
+    return logits
+
+
 def checkpoint_checks(rank, world_size, model_dir, root):
     from hybridrl.workers.engine import FSDPCheckpointManager, get_full_state_dict
 
@@ -113,7 +127,9 @@ def checkpoint_checks(rank, world_size, model_dir, root):
     draws = _draws()
     loss = train_step(fresh[0], fresh[1], fresh[2], token_batch(100 + rank))
     state = get_full_state_dict(fresh[0])
+    hsdp_logits = _save_hsdp_checkpoint(model_dir, os.path.join(root, "hsdp", "global_step_1", "actor"))
     return {
+        "hsdp_logits": hsdp_logits,
         "rng_equal": draws == expected_draws,
         "loss_equal": loss == expected_loss,
         "state_equal": all(torch.equal(state[k], expected_state[k]) for k in expected_state),
@@ -185,3 +201,17 @@ def test_two_rank_checkpoint_layout_and_merge(checkpoint_results):
     with torch.no_grad():
         logits = merged(input_ids=token_batch(99)).logits
     torch.testing.assert_close(logits, results[0]["saved_logits"], rtol=0, atol=1e-6)
+
+
+def test_hsdp_checkpoint_merges_replicated_shards(checkpoint_results):
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl import model_merger
+
+    root, results = checkpoint_results
+    path = os.path.join(root, "hsdp", "global_step_1", "actor")
+    merged = AutoModelForCausalLM.from_pretrained(model_merger.merge(path, os.path.join(root, "hsdp_merged")))
+    with torch.no_grad():
+        logits = merged(input_ids=token_batch(7)).logits
+    for r in results:
+        torch.testing.assert_close(logits, r["hsdp_logits"], rtol=0, atol=1e-6)

@@ -115,7 +115,10 @@ def check_against(local_dir: str, test_hf_dir: str) -> None:
     if extra or missing:
         raise AssertionError(f"key mismatch: only in checkpoint {extra}, only in reference {missing}")
     for name, ref in reference.items():
-        torch.testing.assert_close(merged[name].to(ref.dtype), ref, msg=lambda m, n=name: f"{n}: {m}")
+        try:
+            torch.testing.assert_close(merged[name].to(ref.dtype), ref)
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> None:

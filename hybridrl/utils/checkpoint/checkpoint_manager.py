@@ -175,7 +175,8 @@ def rotate_component_checkpoints(local_path: str, max_ckpt_to_keep: int | None) 
 
 def get_rng_state() -> dict[str, Any]:
     """RNG states of python, numpy, torch CPU (and CUDA when available), weights_only-loadable."""
-    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state: Any = np.random.get_state()
+    kind, keys, pos, has_gauss, cached_gaussian = numpy_state
     state: dict[str, Any] = {
         "cpu": torch.get_rng_state(),
         "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached_gaussian)),

@@ -67,7 +67,7 @@ def default_device_mesh(fsdp_config: Any) -> Any:
 # ----------------------------------------------------------------------------- module helpers
 
 
-def enable_gradient_checkpointing(module: nn.Module) -> None:
+def enable_gradient_checkpointing(module: Any) -> None:
     """HF activation checkpointing with non-reentrant autograd (verl's setting)."""
     module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 

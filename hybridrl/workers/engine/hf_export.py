@@ -27,7 +27,7 @@ def unwrapped_model_class_name(module: nn.Module) -> str:
     return type(module).__name__
 
 
-def save_hf_config(module: nn.Module, target_dir: str, processing_class: Any = None) -> None:
+def save_hf_config(module: Any, target_dir: str, processing_class: Any = None) -> None:
     """``config.json`` (architectures = the unwrapped class), ``generation_config.json``, tokenizer files."""
     os.makedirs(target_dir, exist_ok=True)
     config = copy.deepcopy(module.config)
@@ -60,7 +60,7 @@ def build_model_for_saving(hf_config: Any, state_dict: Mapping[str, torch.Tensor
     only (reload the written folder to run it). Tied embeddings: a state dict carrying only one of the tied names (HF drops ``lm_head.weight``)
     is completed by ``tie_weights``; extra tied copies are accepted.
     """
-    model_cls = model_class_from_config(hf_config)
+    model_cls: Any = model_class_from_config(hf_config)
     with torch.device("meta"):
         model = model_cls._from_config(hf_config, dtype=_state_dict_dtype(state_dict))
     missing, unexpected = model.load_state_dict(dict(state_dict), strict=False, assign=True)
@@ -82,7 +82,7 @@ def save_hf_model(
     hf_config: Any, state_dict: Mapping[str, torch.Tensor], target_dir: str, processing_class: Any = None
 ) -> None:
     """Write ``target_dir`` as a standard HF folder (safetensors) from a full state dict."""
-    model = build_model_for_saving(hf_config, state_dict)
+    model: Any = build_model_for_saving(hf_config, state_dict)
     model.save_pretrained(target_dir, safe_serialization=True)
     if processing_class is not None:
         processing_class.save_pretrained(target_dir)

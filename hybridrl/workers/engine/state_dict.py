@@ -32,10 +32,11 @@ def _full_tensor(value: torch.Tensor) -> torch.Tensor:
 
     if not isinstance(value, DTensor):
         return value
-    mesh_device = value.device_mesh.device_type
-    if value.device.type != mesh_device:  # CPU-offloaded shard on an NCCL mesh: stage on the device
-        value = value.to(mesh_device)
-    return value.full_tensor()
+    sharded: Any = value
+    mesh_device = sharded.device_mesh.device_type
+    if sharded.device.type != mesh_device:  # CPU-offloaded shard on an NCCL mesh: stage on the device
+        sharded = sharded.to(mesh_device)
+    return sharded.full_tensor()
 
 
 def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -51,7 +52,9 @@ def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         # cpu_offload=False: FSDP1's offload_to_cpu crashes on CPU, and True keeps tensors on rank 0 only.
-        full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+        full: dict[str, Any] = get_model_state_dict(
+            module, options=StateDictOptions(full_state_dict=True, cpu_offload=False)
+        )
         yield from full.items()
         return
     for name, value in module.state_dict().items():

@@ -110,10 +110,11 @@ def broadcast_module_from_rank0(module: nn.Module, device_name: str | None = Non
         return
     device = torch.device("cuda", get_device_id()) if (device_name or get_device_name()) == "cuda" else None
     for tensor in _unique_tensors(module):
-        staged = tensor.data.to(device) if device is not None else tensor.data
+        local = tensor.data
+        staged = local.to(device) if device is not None else local
         dist.broadcast(staged, src=0)
-        if staged is not tensor.data:
-            tensor.data.copy_(staged)
+        if staged.data_ptr() != local.data_ptr():  # a device round trip: copy the result back
+            local.copy_(staged)
 
 
 # ----------------------------------------------------------------------------- FSDP2

@@ -52,6 +52,9 @@ def _trained_checkpoint(model_dir, path, kind="causal_lm", strategy="fsdp2"):
     return module
 
 
+# Same fp32 weights on both sides; 1e-6 absorbs kernel-path differences (alignment, threads) seen at 3e-8.
+
+
 def _ids():
     return torch.randint(4, 500, (3, 9), generator=torch.Generator().manual_seed(1))
 
@@ -70,7 +73,9 @@ def test_merge_tied_model_reloads_with_identical_logits(tiny_model_dir, tmp_path
     assert "lm_head.weight" not in keys and "model.embed_tokens.weight" in keys  # tied: stored once
     reloaded = AutoModelForCausalLM.from_pretrained(target)
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=_ids()).logits, trained(input_ids=_ids()).logits, rtol=0, atol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=_ids()).logits, trained(input_ids=_ids()).logits, rtol=0, atol=1e-6
+        )
     assert AutoTokenizer.from_pretrained(target).pad_token is not None
 
 
@@ -84,7 +89,9 @@ def test_merge_untied_llama_keeps_lm_head(tiny_llama_dir, tmp_path):
         assert "lm_head.weight" in set(f.keys())
     reloaded = AutoModelForCausalLM.from_pretrained(target)
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=_ids()).logits, trained(input_ids=_ids()).logits, rtol=0, atol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=_ids()).logits, trained(input_ids=_ids()).logits, rtol=0, atol=1e-6
+        )
 
 
 def test_merge_value_model(tiny_model_dir, tmp_path):
@@ -96,7 +103,9 @@ def test_merge_value_model(tiny_model_dir, tmp_path):
     assert config["architectures"] == ["Qwen2ForTokenClassification"] and len(config["id2label"]) == 1  # num_labels=1
     reloaded = AutoModelForTokenClassification.from_pretrained(model_merger.merge(local_dir, str(tmp_path / "merged")))
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=_ids()).logits, trained(input_ids=_ids()).logits, rtol=0, atol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=_ids()).logits, trained(input_ids=_ids()).logits, rtol=0, atol=1e-6
+        )
 
 
 def test_test_subcommand_detects_matching_and_different_weights(tiny_model_dir, tmp_path):

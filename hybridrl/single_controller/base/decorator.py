@@ -175,6 +175,16 @@ def _materialize_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+async def _await_futures(args: tuple, kwargs: dict) -> None:
+    """Wait (without blocking the actor's event loop) until every ``DataProtoFuture`` input is ready."""
+    from hybridrl.protocol import DataProtoFuture
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, DataProtoFuture):
+            for ref in value.futures:
+                await ref
+
+
 def register(
     dispatch_mode: Dispatch | dict = Dispatch.ALL_TO_ALL,  # type: ignore[assignment]
     execute_mode: Execute = Execute.ALL,  # type: ignore[assignment]
@@ -188,6 +198,11 @@ def register(
         execute_mode: ``Execute.ALL`` (every worker) or ``Execute.RANK_ZERO``.
         blocking: False makes the driver call return futures (``DataProtoFuture`` for proto modes).
         materialize_futures: resolve ``DataProtoFuture`` arguments on the worker before the call.
+
+    A worker class with any ``async def`` method becomes an asyncio actor in Ray, whose tasks may
+    run out of submission order and whose sync methods run on the event loop: there, pass futures
+    only to ``async def`` methods (they await their inputs), or a sync method can block the loop
+    waiting for a result that the same actor has not computed yet.
     """
     _check_dispatch_mode(dispatch_mode)
     _check_execute_mode(execute_mode)
@@ -202,6 +217,7 @@ def register(
         @wraps(func)
         async def async_inner(*args: Any, **kwargs: Any) -> Any:
             if materialize_futures:
+                await _await_futures(args, kwargs)  # yield the event loop while the inputs are computed
                 args, kwargs = _materialize_futures(args, kwargs)
             return await func(*args, **kwargs)
 

@@ -10,6 +10,7 @@ other ranks may be blocked in a collective with the dead one forever), and re-ra
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -40,9 +41,12 @@ class ResourceUnavailableError(RuntimeError, ValueError):
     """
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _describe_failure(error: RayError) -> str:
     if isinstance(error, RayTaskError):
-        return f"raised an exception; worker traceback:\n{error}"
+        return f"raised an exception; worker traceback:\n{_ANSI_ESCAPE.sub('', str(error))}"
     if isinstance(error, RayActorError):
         return f"worker process died ({type(error).__name__}): {error}"
     return f"failed ({type(error).__name__}): {error}"

@@ -85,8 +85,8 @@ def test_call_timeout_names_the_slow_ranks(ray_cluster):
 
 
 def test_unplaceable_pool_fails_before_waiting(ray_cluster):
-    free_cpus = ray.available_resources().get("CPU", 0)
-    pool = RayResourcePool([int(free_cpus) + 4], use_gpu=False, max_colocate_count=1, name_prefix="huge")
+    total_cpus = ray.cluster_resources().get("CPU", 0)
+    pool = RayResourcePool([int(total_cpus) + 4], use_gpu=False, max_colocate_count=1, name_prefix="huge")
     start = time.monotonic()
     with pytest.raises(ResourceUnavailableError, match="resource pool 'huge'.*short by"):
         pool.get_placement_groups(device_name="cpu")
@@ -94,6 +94,32 @@ def test_unplaceable_pool_fails_before_waiting(ray_cluster):
     gpu_pool = RayResourcePool([1], use_gpu=True, name_prefix="gpu_pool")
     with pytest.raises(ResourceUnavailableError, match="'GPU'"):
         gpu_pool.get_placement_groups(device_name="cuda")
+
+
+def test_pool_that_fits_but_is_busy_waits_a_bounded_time(ray_cluster):
+    holders = []
+    for _ in range(4):  # take every free CPU (the free-resource view lags recent releases)
+        time.sleep(1.0)
+        free_cpus = int(ray.available_resources().get("CPU", 0))
+        if free_cpus < 1:
+            break
+        holder = RayResourcePool(
+            [free_cpus], use_gpu=False, max_colocate_count=1, name_prefix="holder", pg_ready_timeout_s=10
+        )
+        try:
+            holder.get_placement_groups(device_name="cpu")
+            holders.append(holder)
+        except ResourceUnavailableError:
+            pass
+    try:
+        busy = RayResourcePool([1], use_gpu=False, max_colocate_count=1, name_prefix="busy", pg_ready_timeout_s=3)
+        start = time.monotonic()
+        with pytest.raises(ResourceUnavailableError, match="resource pool 'busy'.*could not be placed within 3s"):
+            busy.get_placement_groups(device_name="cpu")
+        assert time.monotonic() - start < 15.0
+    finally:
+        for holder in holders:
+            holder.release()
 
 
 def test_pool_split_across_too_small_nodes_is_refused(ray_cluster):

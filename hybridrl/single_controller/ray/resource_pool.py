@@ -80,7 +80,8 @@ class RayResourcePool(ResourcePool):
         if self.pgs is not None:
             return self.pgs
         bundle = self.bundle(device_name)
-        check_pool_fits(self.display_name, self._store, bundle)
+        # impossible on this cluster → fail now; merely busy (or freed a moment ago) → bounded wait below
+        check_pool_fits(self.display_name, self._store, bundle, free=total_resources_per_node(), what="in all")
         prefix = name or f"{self.name_prefix}hybridrl_group_{'_'.join(map(str, self._store))}:"
         lifetime = "detached" if self.detached else None
         pgs = [
@@ -126,6 +127,11 @@ def available_resources_per_node() -> dict[str, dict[str, float]]:
         return {n["NodeID"]: n["Resources"] for n in ray.nodes() if n.get("Alive")}
 
 
+def total_resources_per_node() -> dict[str, dict[str, float]]:
+    """Capacity of every alive node (node id → resources), whether in use or not."""
+    return {n["NodeID"]: dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")}
+
+
 def _fit_pools_on_nodes(
     free: dict[str, dict[str, float]], process_on_nodes: list[int], bundle: dict[str, float]
 ) -> list[int]:
@@ -150,11 +156,13 @@ def check_pool_fits(
     process_on_nodes: list[int],
     bundle: dict[str, float],
     free: dict[str, dict[str, float]] | None = None,
+    what: str = "free",
 ) -> None:
-    """Fail at once if the cluster's free resources cannot host the pool.
+    """Fail at once if the cluster's resources cannot host the pool.
 
     Checks the totals, then that every per-node placement group (STRICT_PACK) fits on a single
-    node. ``free`` (node id → free resources, updated in place) defaults to the cluster's now.
+    node. ``free`` (node id → resources, updated in place) defaults to the cluster's free
+    resources now; pass ``total_resources_per_node()`` (and ``what="in all"``) to check capacity.
     """
     free = available_resources_per_node() if free is None else free
     total_bundles = sum(process_on_nodes)
@@ -168,14 +176,14 @@ def check_pool_fits(
     if short:
         raise ResourceUnavailableError(
             f"resource pool '{pool_name}' needs {total_bundles} bundles of {bundle} (process_on_nodes="
-            f"{process_on_nodes}), i.e. {needed} in total, but the cluster has only {available} free; "
+            f"{process_on_nodes}), i.e. {needed} in total, but the cluster has only {available} {what}; "
             f"short by {short}. {fix}"
         )
     unplaced = _fit_pools_on_nodes(free, process_on_nodes, bundle)
     if unplaced:
         raise ResourceUnavailableError(
             f"resource pool '{pool_name}': placement groups of {unplaced} bundles of {bundle} each need ONE node "
-            f"(STRICT_PACK) with that much free, and no node has it; free per node: "
+            f"(STRICT_PACK) with that much, and no node has it; resources per node ({what}): "
             f"{[{k: res.get(k, 0.0) for k in bundle} for res in free.values()]}. {fix}"
         )
 

@@ -48,6 +48,8 @@ def ray_init_kwargs(
         cores = os.cpu_count() or 1
         num_cpus = max(cores, floor) if floor > cores else None  # None: Ray counts the cores itself
     kwargs: dict[str, Any] = {
+        # "local": always a new local cluster, never silently joining one another process started on this box
+        "address": "local",
         "include_dashboard": bool(_get(ray_init_cfg, "include_dashboard", False)),
         "dashboard_host": "127.0.0.1",
         "runtime_env": runtime_env,
@@ -69,7 +71,7 @@ def init_ray(
     kwargs = ray_init_kwargs(ray_init_cfg, device, env_vars, min_num_cpus)
     if ray.is_initialized():
         return kwargs
-    if "address" not in kwargs:
+    if kwargs.get("address") == "local":
         # the local daemons inherit this process's environment: no auth token files, no auth warning
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(**kwargs)

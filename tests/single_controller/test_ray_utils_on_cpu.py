@@ -1,0 +1,49 @@
+"""init_ray: the kwargs it builds, and (in a subprocess) a full start → worker group → shutdown cycle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hybridrl.utils.ray_utils import MIN_LOCAL_LOGICAL_CPUS, ray_init_kwargs
+
+
+def test_local_cpu_cluster_gets_enough_logical_cpus_and_a_private_dashboard(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    kwargs = ray_init_kwargs({"num_cpus": None}, "cpu", env_vars={"A": "1"})
+    assert kwargs["num_cpus"] == MIN_LOCAL_LOGICAL_CPUS  # 2 cores, but colocated actors must fit
+    assert kwargs["include_dashboard"] is False and kwargs["dashboard_host"] == "127.0.0.1"
+    assert kwargs["runtime_env"]["env_vars"]["A"] == "1"
+    assert kwargs["runtime_env"]["env_vars"]["RAY_AUTH_MODE"] in ("disabled", os.environ.get("RAY_AUTH_MODE"))
+    assert ray_init_kwargs({"num_cpus": 4}, "cpu")["num_cpus"] == 4  # an explicit ray_init.num_cpus wins
+    assert ray_init_kwargs(None, "cpu", min_num_cpus=40)["num_cpus"] == 40
+    assert "num_cpus" not in ray_init_kwargs({"num_cpus": None}, "cuda")  # GPU box: Ray counts its cores
+    assert ray_init_kwargs({"include_dashboard": True}, "cpu")["include_dashboard"] is True
+
+
+def test_existing_cluster_is_joined_as_is(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    kwargs = ray_init_kwargs({"address": "auto", "num_cpus": 8}, "cuda")
+    assert kwargs == {"address": "auto", "runtime_env": {"env_vars": {}}}  # num_cpus is not allowed when joining
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert ray_init_kwargs(None, "cpu")["address"] == "ray://head:10001"
+
+
+@pytest.mark.slow
+def test_init_worker_group_shutdown_leaves_no_processes():
+    script = os.path.join(os.path.dirname(__file__), "shutdown_script.py")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"script failed (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(lines[0][len("RESULT ") :])
+    assert result["logical_cpus"] >= MIN_LOCAL_LOGICAL_CPUS or result["logical_cpus"] >= os.cpu_count()
+    assert result["env"]["env_vars"]["MY_FLAG"] == "1"
+    assert result["kwargs"]["dashboard_host"] == "127.0.0.1"
+    assert len(result["pids"]) == 2 and result["children"] >= 4  # gcs, raylet, ... and the two workers
+    assert result["alive"] == [], f"processes left after ray.shutdown(): {result['alive']}"

@@ -1,0 +1,45 @@
+"""Role names and the need_* helpers (verl 0.5 semantics); ResourcePoolManager is tested with Ray in
+tests/single_controller/test_failures_on_cpu.py."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from hybridrl.trainer.ppo.roles import Role, need_critic, need_reference_policy, need_reward_model
+
+
+def test_role_strings_are_the_worker_group_prefixes():
+    assert [str(r) for r in Role] == ["actor", "rollout", "actor_rollout", "critic", "ref", "rm", "actor_rollout_ref"]
+    assert Role.from_string("actor_rollout_ref") is Role.ActorRolloutRef
+    with pytest.raises(ValueError, match="unknown role"):
+        Role.from_string("policy")
+
+
+def _cfg(**over):
+    base = {
+        "algorithm": {"adv_estimator": "gae", "use_kl_in_reward": False},
+        "actor_rollout_ref": {"actor": {"use_kl_loss": False}},
+        "critic": {},
+        "reward_model": {"enable": False},
+    }
+    cfg = OmegaConf.create(base)
+    for key, value in over.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+def test_need_critic_follows_critic_enable_then_estimator():
+    assert need_critic(_cfg()) is True  # gae
+    with pytest.warns(UserWarning, match="critic.enable"):
+        assert need_critic(_cfg(**{"algorithm.adv_estimator": "grpo"})) is False
+    assert need_critic(_cfg(**{"algorithm.adv_estimator": "grpo", "critic.enable": True})) is True
+    assert need_critic(_cfg(**{"critic.enable": False})) is False
+
+
+def test_need_reference_policy_and_reward_model():
+    assert need_reference_policy(_cfg()) is False
+    assert need_reference_policy(_cfg(**{"algorithm.use_kl_in_reward": True})) is True
+    assert need_reference_policy(_cfg(**{"actor_rollout_ref.actor.use_kl_loss": True})) is True
+    assert need_reward_model(_cfg()) is False and need_reward_model(_cfg(**{"reward_model.enable": True})) is True
+    assert need_reward_model({Role.ActorRollout: object(), Role.RewardModel: object()}) is True  # verl's signature

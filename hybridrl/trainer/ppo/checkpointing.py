@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybridrl.utils.dataset.dataloader import load_dataloader_state
+
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 TRAINER_STATE_FILE = "trainer_state.pt"
 DATALOADER_STATE_FILE = "data.pt"
@@ -130,7 +132,9 @@ class CheckpointMixin:
         self.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"), del_local_after_load=delete_after)
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(folder, "critic"), del_local_after_load=delete_after)
-        self.train_dataloader.load_state_dict(torch.load(os.path.join(folder, DATALOADER_STATE_FILE), weights_only=False))
+        dataloader_state = torch.load(os.path.join(folder, DATALOADER_STATE_FILE), weights_only=False)
+        # Epoch-boundary safe: a state saved after an epoch's last batch starts the next epoch (not zero steps).
+        load_dataloader_state(self.train_dataloader, dataloader_state)
         state = torch.load(os.path.join(folder, TRAINER_STATE_FILE), weights_only=False)
         if self.kl_ctrl_in_reward is not None and state.get("kl_ctrl_value") is not None:
             self.kl_ctrl_in_reward.value = state["kl_ctrl_value"]

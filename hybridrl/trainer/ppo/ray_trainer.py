@@ -101,11 +101,22 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         if self.config.trainer.get("total_training_steps") is not None:
             total = self.config.trainer.total_training_steps
         self.total_training_steps = total
-        print(f"[trainer] {len(self.train_dataloader)} steps per epoch, {total} training steps", flush=True)
+        self._print_batch_plan(len(train_dataset))
         with open_dict(self.config):
             self.config.actor_rollout_ref.actor.optim.total_training_steps = total
             if self.use_critic:
                 self.config.critic.optim.total_training_steps = total
+
+    def _print_batch_plan(self, dataset_len: int) -> None:
+        """The start-up batch plan again, now with steps per epoch and total steps filled in."""
+        from hybridrl.utils.config import compute_batch_plan, format_batch_plan, with_dataset_len
+
+        try:
+            plan = with_dataset_len(compute_batch_plan(self.config), self.config, dataset_len)
+            print(format_batch_plan(plan), flush=True)
+        except Exception as error:  # the plan is informative only; the run was validated before Ray started
+            print(f"[trainer] {len(self.train_dataloader)} steps per epoch, {self.total_training_steps} "
+                  f"training steps (batch plan unavailable: {error})", flush=True)
 
     def init_workers(self) -> None:
         """Create one colocated worker group per resource pool, then ``init_model`` (actor last, as verl)."""

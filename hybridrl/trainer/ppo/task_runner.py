@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -25,6 +26,10 @@ PPO_RAY_ENV_VARS = {
     "NCCL_CUMEM_ENABLE": "0",
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
 }
+
+
+# Ray forwards actor stdout asynchronously; without a short pause the last lines are lost at shutdown.
+_LOG_FLUSH_SECONDS = 1.0
 
 
 def build_role_mapping(config) -> tuple[dict, dict, dict]:
@@ -95,15 +100,18 @@ def run_ppo(config, task_runner_class=None) -> dict[str, float]:
 
     from hybridrl.utils.ray_utils import init_ray
 
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     env_vars = {**PPO_RAY_ENV_VARS, "HYBRIDRL_DEVICE": config.trainer.device}
     started_here = not ray.is_initialized()
     if started_here:
         init_ray(config.get("ray_init", {}), config.trainer.device, env_vars=env_vars)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # after ray.init, which installs its own handler
     runner_cls = ray.remote(num_cpus=1)(task_runner_class or TaskRunner)
     try:
         runner = runner_cls.options(runtime_env={"env_vars": env_vars}).remote()
-        return ray.get(runner.run.remote(config))
+        final_metrics = ray.get(runner.run.remote(config))
+        time.sleep(_LOG_FLUSH_SECONDS)  # let Ray forward the workers' last log lines before shutdown
+        print(f"[main_ppo] finished; final validation metrics: {final_metrics}", flush=True)
+        return final_metrics
     except KeyboardInterrupt:
         print("[main_ppo] interrupted: stopping workers. Checkpoints are written atomically, so the last "
               "complete one is safe to resume from (trainer.resume_mode=auto).", file=sys.stderr, flush=True)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.decoding import decode_batch
 from hybridrl.workers.rollout.sampling import SamplingParams
@@ -35,6 +36,11 @@ def left_pad(rows: list[list[int]], pad_token_id: int, device: torch.device) -> 
             input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
             attention_mask[i, width - len(row) :] = 1
     return input_ids.to(device), attention_mask.to(device)
+
+
+def _step_seed(seed: int, step: int, validate: int) -> int:
+    # Distinct streams per (rank seed, step, train/val); the multipliers keep streams of nearby seeds apart.
+    return (seed * 1_000_003 + step * 2 + validate) % (2**63 - 1)
 
 
 class HFRollout(BaseRollout):
@@ -56,10 +62,20 @@ class HFRollout(BaseRollout):
         self.device = next(model.parameters()).device
         self._home_device = self.device
         self.weight_dtype = next(model.parameters()).dtype
+        self.seed = seed
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._params = dict(model.named_parameters(remove_duplicate=False))
 
     # ---- generation ------------------------------------------------------------------------
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sampling is a pure function of (seed + rank, ``global_steps``) when the trainer passes the step,
+        so a resumed run draws exactly the samples an uninterrupted run would (no RNG state to checkpoint)."""
+        step = prompts.meta_info.get("global_steps")
+        if step is not None:
+            validate = 1 if prompts.meta_info.get("validate", False) else 0
+            self.generator.manual_seed(_step_seed(self.seed, int(step), validate))
+        return super().generate_sequences(prompts)
 
     def _micro_batches(self, rows: list[list[int]]) -> list[list[list[int]]]:
         size = self.rollout_config.get("micro_batch_size", None) or len(rows)

@@ -1,0 +1,92 @@
+"""Helpers for CLI end-to-end tests: build the command line, run it, read the JSONL metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, **overrides: object) -> list[str]:
+    """A small GRPO run on 2 CPU workers: 8 prompts × n=4 per step."""
+    args = {
+        "algorithm.adv_estimator": "grpo",
+        "data.train_files": f"{data_dir}/train.parquet",
+        "data.val_files": f"{data_dir}/test.parquet",
+        "data.train_batch_size": 8,
+        "data.max_prompt_length": 64,
+        "data.max_response_length": 8,
+        "data.dataloader_num_workers": 0,
+        "actor_rollout_ref.model.path": model_dir,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8,
+        "actor_rollout_ref.actor.use_kl_loss": True,
+        "actor_rollout_ref.actor.optim.lr": 1e-3,
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.n": 4,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        "actor_rollout_ref.rollout.dtype": "float32",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 16,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 16,
+        "trainer.device": "cpu",
+        "trainer.n_gpus_per_node": 2,
+        "trainer.nnodes": 1,
+        "trainer.total_epochs": 1,
+        "trainer.total_training_steps": 2,
+        "trainer.test_freq": 2,
+        "trainer.save_freq": 2,
+        "trainer.logger": "[console,file]",
+        "trainer.default_local_dir": ckpt_dir,
+        "trainer.project_name": "e2e",
+        "trainer.experiment_name": "run",
+    }
+    args.update(overrides)
+    return [f"{key}={value}" for key, value in args.items()]
+
+
+def ppo_overrides(model_dir: str) -> dict[str, object]:
+    """Switch :func:`grpo_args` to PPO: GAE with a critic, KL in the reward, one sample per prompt."""
+    return {
+        "algorithm.adv_estimator": "gae",
+        "algorithm.use_kl_in_reward": True,
+        "actor_rollout_ref.actor.use_kl_loss": False,
+        "actor_rollout_ref.rollout.n": 1,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        "critic.model.path": model_dir,
+        "critic.model.enable_gradient_checkpointing": False,
+        "critic.ppo_micro_batch_size_per_gpu": 2,
+        "critic.optim.lr": 1e-3,
+    }
+
+
+def run_main_ppo(args: list[str], metrics_file: str, timeout: float = 400, extra_env: dict | None = None,
+                 cwd: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": metrics_file, "RAY_AUTH_MODE": "disabled",
+           "HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0", **(extra_env or {})}
+    return subprocess.run([sys.executable, "-m", "hybridrl.trainer.main_ppo", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(path: str) -> dict[int, dict[str, float]]:
+    """Step → metrics, from the ``file`` logger's JSONL (later lines for the same step are merged)."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        steps.setdefault(row["step"], {}).update(row["data"])
+    return steps
+
+
+def deterministic_part(metrics: dict[str, float]) -> dict[str, float]:
+    """Drop what legitimately differs between runs: wall-clock timings, throughput, memory, and the weight-sync
+    counters (a resumed run syncs during its start-up validation, so step k+1 reports no sync of its own)."""
+    noisy = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/weight_sync")
+    return {k: v for k, v in metrics.items() if not k.startswith(noisy)}
+
+
+def failure_report(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\n--- stdout tail ---\n{proc.stdout[-3000:]}\n--- stderr tail ---\n{proc.stderr[-6000:]}"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from hybridrl.single_controller.base.dispatch_fns import (
     PADDING_SIZE_KEY,
@@ -73,9 +73,22 @@ MAGIC_ATTR = "attrs_3141562937"
 class Dispatch(DynamicEnum):
     """How arguments are split across workers and outputs gathered (extensible at runtime)."""
 
+    # predefined members (registered below; declared here for type checkers)
+    RANK_ZERO: ClassVar[Dispatch]
+    ONE_TO_ALL: ClassVar[Dispatch]
+    ALL_TO_ALL: ClassVar[Dispatch]
+    DP_COMPUTE: ClassVar[Dispatch]
+    DP_COMPUTE_PROTO: ClassVar[Dispatch]
+    DP_COMPUTE_PROTO_WITH_FUNC: ClassVar[Dispatch]
+    DP_COMPUTE_METRIC: ClassVar[Dispatch]
+    DIRECT_ROLLOUT_METHOD: ClassVar[Dispatch]
+
 
 class Execute(DynamicEnum):
     """Which workers run a call: ``ALL`` or ``RANK_ZERO``."""
+
+    ALL: ClassVar[Execute]
+    RANK_ZERO: ClassVar[Execute]
 
 
 for _name in (
@@ -137,9 +150,9 @@ def register_dispatch_mode(dispatch_mode_name: str, dispatch_fn: Callable, colle
     list of ``worker_group.world_size`` items (item i goes to worker i);
     ``collect_fn(worker_group, outputs: list) -> Any``.
     """
-    dispatch_mode = Dispatch.register(dispatch_mode_name)
+    dispatch_mode = cast(Dispatch, Dispatch.register(dispatch_mode_name))
     DISPATCH_MODE_FN_REGISTRY[dispatch_mode] = {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}
-    return dispatch_mode  # type: ignore[return-value]
+    return dispatch_mode
 
 
 def update_dispatch_mode(dispatch_mode: Dispatch, dispatch_fn: Callable, collect_fn: Callable) -> None:
@@ -186,8 +199,8 @@ async def _await_futures(args: tuple, kwargs: dict) -> None:
 
 
 def register(
-    dispatch_mode: Dispatch | dict = Dispatch.ALL_TO_ALL,  # type: ignore[assignment]
-    execute_mode: Execute = Execute.ALL,  # type: ignore[assignment]
+    dispatch_mode: Dispatch | dict = Dispatch.ALL_TO_ALL,
+    execute_mode: Execute = Execute.ALL,
     blocking: bool = True,
     materialize_futures: bool = True,
 ) -> Callable[[Callable], Callable]:

@@ -62,7 +62,7 @@ class ResourcePool:
 class ClassWithInitArgs:
     """A class plus the arguments to construct it later (in another process)."""
 
-    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:
         self.cls = cls
         self.args = args
         self.kwargs = kwargs

@@ -76,7 +76,7 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         """CPUs each actor asks of its bundle (Ray's default for actors is 1)."""
         return float(self._options.get("num_cpus", self._additional_resource.get("num_cpus", 1)))
 
-    def __call__(
+    def __call__(  # type: ignore[override]  # verl's signature: placement arguments
         self,
         placement_group: Any,
         placement_group_bundle_idx: int,
@@ -147,6 +147,8 @@ class RayWorkerGroup(WorkerGroup):
         call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
+        # verl's name for the start-up wait
+        ready_timeout_s = kwargs.pop("ray_wait_register_center_timeout", ready_timeout_s)
         super().__init__(resource_pool=resource_pool, **kwargs)
         if ray_cls_with_init is None:
             raise ValueError("RayWorkerGroup needs ray_cls_with_init (the worker class and its arguments)")

@@ -6,9 +6,9 @@
       ──► rollout engine rollout.name (hf | hf_generate | vllm | sglang) ──► decode valid response tokens
       ──► data.output_path: the input rows + a ``responses`` column (a list of n_samples strings per prompt)
 
-Deviation from verl: generation runs in this process on one rollout engine that loads ``model.path``
-itself (no Ray worker group); ``trainer.n_gpus_per_node`` / ``nnodes`` are not used. Responses are
-decoded with special tokens kept (EOS included) and pad tokens removed, as verl does.
+As in verl, generation runs on a rollout-only ``ActorRolloutRefWorker`` group (``trainer.n_gpus_per_node`` x
+``trainer.nnodes`` Ray workers; CPU workers with ``trainer.device=cpu``), each generating its share of a batch.
+Responses are decoded with special tokens kept (EOS included) and pad tokens removed, as verl does.
 """
 
 from __future__ import annotations
@@ -60,20 +60,30 @@ def decode_responses(tokenizer: Any, output: DataProto) -> list[str]:
     return [text.replace(pad, "") for text in texts] if pad else texts
 
 
-def build_engine(config: DictConfig, tokenizer: Any):
-    """A standalone rollout handle (the engine loads ``model.path`` and never syncs)."""
-    from hybridrl.workers.engine import load_hf_config
-    from hybridrl.workers.rollout import build_rollout_handle
+def build_rollout_worker_group(config: DictConfig):
+    """verl's layout: a rollout-only ``ActorRolloutRefWorker`` group on ``[n_gpus_per_node] * nnodes`` devices."""
+    import ray
 
-    hf_config = load_hf_config(os.path.expanduser(config.model.path))
+    from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+    from hybridrl.utils.ray_utils import init_ray
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
     device = config.trainer.get("device", "cuda")
-    return build_rollout_handle(
-        config.rollout, config.model, tokenizer=tokenizer, hf_config=hf_config, actor_module=None, device_name=device
+    init_ray(config.get("ray_init"), device, env_vars={"HYBRIDRL_DEVICE": device, "TOKENIZERS_PARALLELISM": "false"})
+    pool = RayResourcePool(
+        process_on_nodes=[int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
+        use_gpu=device == "cuda",
+        max_colocate_count=1,
     )
+    worker_cls = RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=config, role="rollout")
+    worker_group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=worker_cls, device_name=device)
+    worker_group.init_model()
+    return worker_group
 
 
 def generate(config: DictConfig) -> pd.DataFrame:
     """Generate ``data.n_samples`` responses for every prompt of ``data.path``; returns the output frame."""
+    from hybridrl.protocol import pad_dataproto_to_divisor, unpad_dataproto
     from hybridrl.workers.engine import build_tokenizer
 
     if config.get("trainer", {}).get("device") == "cuda" and not torch.cuda.is_available():
@@ -85,14 +95,15 @@ def generate(config: DictConfig) -> pd.DataFrame:
     dataset = pd.read_parquet(os.path.expanduser(config.data.path))
     chats = dataset[config.data.prompt_key].tolist()
     tokenizer = build_tokenizer(os.path.expanduser(config.model.path))
-    handle = build_engine(config, tokenizer)
+    worker_group = build_rollout_worker_group(config)
     n_samples, batch_size = int(config.data.n_samples), int(config.data.batch_size)
     texts: list[str] = []
     for start in range(0, len(chats), batch_size):
         prompts = tokenize_chats(tokenizer, chats[start : start + batch_size], int(config.rollout.prompt_length))
         prompts = prompts.repeat(repeat_times=n_samples, interleave=True)
         prompts.meta_info.update(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-        output = handle.generate_sequences(prompts)
+        padded, pad_size = pad_dataproto_to_divisor(prompts, worker_group.world_size)
+        output = unpad_dataproto(worker_group.generate_sequences(padded), pad_size=pad_size)
         texts.extend(decode_responses(tokenizer, output))
         print(f"generated {min(start + batch_size, len(chats))}/{len(chats)} prompts", flush=True)
     per_prompt = np.array(texts, dtype=object).reshape(len(chats), n_samples).tolist()

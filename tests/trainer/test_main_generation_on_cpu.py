@@ -38,13 +38,14 @@ def _overrides(tiny_model_dir, prompt_parquet, output_path):
         "data.batch_size=2",
         "rollout.name=hf",
         "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
         "rollout.prompt_length=64",
         "rollout.response_length=6",
         "rollout.dtype=float32",
     ]
 
 
-def test_run_generation_in_process(tiny_model_dir, prompt_parquet, tmp_path):
+def test_run_generation_on_worker_group(tiny_model_dir, prompt_parquet, tmp_path, ray_cluster):
     from hybridrl.trainer.main_generation import run_generation
 
     output_path = tmp_path / "out" / "gen.parquet"

@@ -186,6 +186,8 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         for _ in itertools.count():  # passes over the data; a resumed, exhausted epoch yields no batch and moves on
             for batch_dict in self.train_dataloader:
                 metrics = self._train_step(batch_dict, epoch=(self.global_steps - 1) // steps_per_epoch)
+                if metrics is None:  # a recipe is still collecting this step's batch (DAPO dynamic sampling)
+                    continue
                 val_metrics = {k: v for k, v in metrics.items() if k.startswith("val-")} or val_metrics
                 self.logger.log(data=metrics, step=self.global_steps)
                 progress.update(self.global_steps, {k: metrics[k] for k in ("critic/score/mean",) if k in metrics})
@@ -196,17 +198,18 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
                 self.global_steps += 1
         raise AssertionError("unreachable")
 
-    def _train_step(self, batch_dict: dict, epoch: int) -> dict[str, float]:
-        """One PPO step in verl's order; returns the step's metrics."""
+    def _train_step(self, batch_dict: dict, epoch: int) -> dict[str, float] | None:
+        """One PPO step in verl's order; returns the step's metrics, or None when ``_rollout`` needs more data."""
         trainer_cfg = self.config.trainer
         is_last_step = self.global_steps >= self.total_training_steps
         metrics: dict[str, float] = {}
         timing_raw: dict[str, float] = {}
         batch = DataProto.from_single_dict(batch_dict)
         with simple_timer("step", timing_raw):
-            batch = self._generate(batch, metrics, timing_raw)
-            batch, _ = self._compute_reward(batch, timing_raw)
-            batch = self._compute_old_log_prob(batch, metrics, timing_raw)
+            rollout = self._rollout(batch, metrics, timing_raw)
+            if rollout is None:
+                return None
+            batch = self._compute_old_log_prob(rollout, metrics, timing_raw)
             if self.use_reference_policy:
                 batch = self._compute_ref_log_prob(batch, timing_raw)
             if self.use_critic:

@@ -41,6 +41,14 @@ class StagesMixin:
     config: Any
     tokenizer: Any
 
+    # ------------------------------------------------------------------ rollout = generate + reward
+    def _rollout(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
+        """generate → reward: the step's scored batch. Recipes override this to build a step's batch from
+        several generation batches (DAPO dynamic sampling) and return None while they need more prompts."""
+        batch = self._generate(batch, metrics, timing_raw)
+        batch, _ = self._compute_reward(batch, timing_raw)
+        return batch
+
     # ------------------------------------------------------------------ generate
     def _pop_gen_batch(self, batch: DataProto) -> DataProto:
         non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]

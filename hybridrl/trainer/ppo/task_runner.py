@@ -62,8 +62,13 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
 class TaskRunner:
     """Runs on a Ray actor: builds tokenizer, datasets, reward functions, worker groups, then trains."""
 
-    def run(self, config) -> dict[str, float]:
+    def trainer_class(self) -> type:
+        """The trainer this runner builds; recipes return a RayPPOTrainer subclass (e.g. RayDAPOTrainer)."""
         from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+        return RayPPOTrainer
+
+    def run(self, config) -> dict[str, float]:
         from hybridrl.trainer.ppo.reward import load_reward_manager
         from hybridrl.trainer.ppo.roles import ResourcePoolManager
         from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
@@ -79,7 +84,7 @@ class TaskRunner:
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
         train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
         val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, None)
-        trainer = RayPPOTrainer(
+        trainer = self.trainer_class()(
             config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
             resource_pool_manager=ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping),
             reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset,

@@ -31,7 +31,7 @@ from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_kl_controlle
 from hybridrl.trainer.ppo.driver_helpers import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
-from hybridrl.trainer.ppo.stages import StagesMixin
+from hybridrl.trainer.ppo.stages import StageError, StagesMixin
 from hybridrl.trainer.ppo.validation import ValidationMixin
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
@@ -199,13 +199,26 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         raise AssertionError("unreachable")
 
     def _train_step(self, batch_dict: dict, epoch: int) -> dict[str, float] | None:
+        """One PPO step; a failure is re-raised naming the step and the stage it happened in."""
+        self._active_stage = "start"
+        try:
+            return self._run_step(batch_dict, epoch)
+        except StageError:
+            raise
+        except Exception as error:
+            raise StageError(
+                f"training step {self.global_steps} failed in stage '{self._active_stage}': "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
+    def _run_step(self, batch_dict: dict, epoch: int) -> dict[str, float] | None:
         """One PPO step in verl's order; returns the step's metrics, or None when ``_rollout`` needs more data."""
         trainer_cfg = self.config.trainer
         is_last_step = self.global_steps >= self.total_training_steps
         metrics: dict[str, float] = {}
         timing_raw: dict[str, float] = {}
         batch = DataProto.from_single_dict(batch_dict)
-        with simple_timer("step", timing_raw):
+        with simple_timer("step", timing_raw):  # stage timers inside name the failing stage
             rollout = self._rollout(batch, metrics, timing_raw)
             if rollout is None:
                 return None
@@ -221,10 +234,10 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
                 self._update_actor(batch, metrics, timing_raw)
             self._maybe_dump_rollout(batch)
             if self._due(trainer_cfg.test_freq, is_last_step) and self.val_reward_fn is not None:
-                with simple_timer("testing", timing_raw):
+                with self._timed("testing", timing_raw):
                     metrics.update(self._validate())
             if self._due(trainer_cfg.save_freq, is_last_step):
-                with simple_timer("save_checkpoint", timing_raw):
+                with self._timed("save_checkpoint", timing_raw):
                     self._save_checkpoint()
         metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
         metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))

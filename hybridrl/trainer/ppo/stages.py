@@ -16,6 +16,8 @@ Batch keys each stage adds (B = samples, P = prompt length, R = response length)
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from copy import deepcopy
 from typing import Any
 
@@ -35,11 +37,23 @@ _GEN_TENSOR_KEYS = ["input_ids", "attention_mask", "position_ids"]
 _GEN_NON_TENSOR_KEYS = ["raw_prompt_ids", "multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs"]
 
 
+class StageError(RuntimeError):
+    """A training step failed; the message names the step and the stage (gen, reward, update_actor, ...)."""
+
+
 class StagesMixin:
     """Stage methods of :class:`~hybridrl.trainer.ppo.ray_trainer.RayPPOTrainer` (state lives there)."""
 
     config: Any
     tokenizer: Any
+    _active_stage: str = "start"
+
+    @contextmanager
+    def _timed(self, name: str, timing_raw: dict) -> Iterator[None]:
+        """Time a stage into ``timing_raw[name]`` and remember it, so a failure can name where it happened."""
+        self._active_stage = name
+        with simple_timer(name, timing_raw):
+            yield
 
     # ------------------------------------------------------------------ rollout = generate + reward
     def _rollout(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
@@ -67,12 +81,12 @@ class StagesMixin:
         n = self.config.actor_rollout_ref.rollout.n
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         gen_batch = self._pop_gen_batch(batch)
-        with simple_timer("gen", timing_raw):
+        with self._timed("gen", timing_raw):
             output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(n, interleave=True))
         timing_raw.update(output.meta_info.pop("timing", {}))
         metrics.update(reduce_metrics(output.meta_info.pop("metrics", {})))
         if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
-            with simple_timer("gen_max", timing_raw):
+            with self._timed("gen_max", timing_raw):
                 batch.batch["reward_baselines"] = self._remax_baseline(batch, gen_batch)
         batch = batch.repeat(n, interleave=True).union(output)
         if "response_mask" not in batch.batch.keys():
@@ -102,7 +116,7 @@ class StagesMixin:
 
     # ------------------------------------------------------------------ reward
     def _compute_reward(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, dict]:
-        with simple_timer("reward", timing_raw):
+        with self._timed("reward", timing_raw):
             if self.use_rm and "rm_scores" not in batch.batch.keys():
                 batch = batch.union(self.rm_wg.compute_rm_score(batch))
             reward_tensor, extra_info = compute_reward(batch, self.reward_fn)
@@ -113,7 +127,7 @@ class StagesMixin:
 
     # ------------------------------------------------------------------ log-probs and values
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        with simple_timer("old_log_prob", timing_raw):
+        with self._timed("old_log_prob", timing_raw):
             old = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = old.batch.pop("entropys", None)
         if entropys is not None:
@@ -127,18 +141,18 @@ class StagesMixin:
         return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        with simple_timer("ref", timing_raw):
+        with self._timed("ref", timing_raw):
             worker = self.actor_rollout_wg if self.ref_in_actor else self.ref_policy_wg
             return batch.union(worker.compute_ref_log_prob(batch))
 
     def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        with simple_timer("values", timing_raw):
+        with self._timed("values", timing_raw):
             return batch.union(self.critic_wg.compute_values(batch))
 
     # ------------------------------------------------------------------ advantages (driver)
     def _compute_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         algo = self.config.algorithm
-        with simple_timer("adv", timing_raw):
+        with self._timed("adv", timing_raw):
             if algo.use_kl_in_reward:
                 batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
                 metrics.update(kl_metrics)
@@ -156,13 +170,13 @@ class StagesMixin:
 
     # ------------------------------------------------------------------ updates
     def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        with simple_timer("update_critic", timing_raw):
+        with self._timed("update_critic", timing_raw):
             output = self.critic_wg.update_critic(batch)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
     def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        with simple_timer("update_actor", timing_raw):
+        with self._timed("update_actor", timing_raw):
             output = self.actor_rollout_wg.update_actor(batch)
         metrics.update(reduce_metrics(output.meta_info["metrics"]))
 

@@ -1,0 +1,203 @@
+"""RayPPOTrainer's step logic with fake worker groups (the real ones are exercised by the CLI e2e tests).
+
+Each knob is checked for the behaviour verl gives it: rollout.n repeats prompts (interleaved, one uid per
+prompt), balance_batch reorders and logs global_seqlen/*, use_kl_loss brings in the reference policy,
+critic_warmup delays actor updates, total_training_steps stops the loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import open_dict
+
+from hybridrl.protocol import DataProto
+from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
+from hybridrl.trainer.ppo.reward import load_reward_manager
+from hybridrl.utils.config import compose_config
+from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
+from hybridrl.utils.tokenizer import hf_tokenizer
+
+RESPONSE_LENGTH = 4
+
+
+class FakeActorRolloutWG:
+    """Records calls; 'generates' responses of varying length; returns zero log-probs."""
+
+    world_size = 2
+
+    def __init__(self, eos_id: int, pad_id: int):
+        self.eos_id, self.pad_id = eos_id, pad_id
+        self.calls: list[tuple[str, int]] = []
+        self.generated: list[DataProto] = []
+
+    def generate_sequences(self, gen_batch: DataProto) -> DataProto:
+        self.calls.append(("generate_sequences", len(gen_batch)))
+        self.generated.append(gen_batch)
+        prompts = gen_batch.batch["input_ids"]
+        batch_size = prompts.shape[0]
+        responses = torch.full((batch_size, RESPONSE_LENGTH), self.pad_id)
+        response_mask = torch.zeros(batch_size, RESPONSE_LENGTH, dtype=torch.long)
+        for row in range(batch_size):  # row r answers with (r % R) + 1 tokens, the last one EOS
+            length = row % RESPONSE_LENGTH + 1
+            responses[row, : length - 1] = 7
+            responses[row, length - 1] = self.eos_id
+            response_mask[row, :length] = 1
+        attention_mask = torch.cat([gen_batch.batch["attention_mask"], response_mask], dim=1)
+        position_ids = torch.cumsum(attention_mask, dim=1) - 1
+        return DataProto.from_dict({
+            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask, "position_ids": position_ids.clamp(min=0),
+        })
+
+    def compute_log_prob(self, batch: DataProto) -> DataProto:
+        self.calls.append(("compute_log_prob", len(batch)))
+        return DataProto.from_dict({"old_log_probs": torch.zeros(len(batch), RESPONSE_LENGTH)})
+
+    def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        self.calls.append(("compute_ref_log_prob", len(batch)))
+        return DataProto.from_dict({"ref_log_prob": torch.zeros(len(batch), RESPONSE_LENGTH)})
+
+    def update_actor(self, batch: DataProto) -> DataProto:
+        self.calls.append(("update_actor", len(batch)))
+        return DataProto(meta_info={"metrics": {"actor/pg_loss": [0.0]}})
+
+    def save_checkpoint(self, *args, **kwargs) -> None:
+        self.calls.append(("save_checkpoint", 0))
+
+
+class FakeResourcePoolManager:
+    def get_n_gpus(self) -> int:
+        return 2
+
+
+def _config(data_dir: str, model_dir: str, tmp_path, **overrides):
+    args = {
+        "algorithm.adv_estimator": "grpo", "data.train_files": f"{data_dir}/train.parquet",
+        "data.val_files": f"{data_dir}/test.parquet", "data.train_batch_size": 4, "data.max_prompt_length": 64,
+        "data.max_response_length": RESPONSE_LENGTH, "data.dataloader_num_workers": 0,
+        "actor_rollout_ref.model.path": model_dir, "actor_rollout_ref.rollout.n": 2,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "trainer.total_training_steps": 2,
+        "trainer.device": "cpu", "trainer.test_freq": -1, "trainer.save_freq": -1, "trainer.logger": "[console]",
+        "trainer.default_local_dir": str(tmp_path / "ckpt"), "trainer.val_before_train": False,
+    }
+    args.update(overrides)
+    return compose_config("ppo_trainer", [f"{k}={v}" for k, v in args.items()])
+
+
+def _trainer(config, use_ref: bool = False):
+    tokenizer = hf_tokenizer(config.actor_rollout_ref.model.path)
+    train = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
+    val = create_rl_dataset(config.data.val_files, config.data, tokenizer, None)
+    mapping = {Role.ActorRollout: object} | ({Role.RefPolicy: object} if use_ref else {})
+    trainer = RayPPOTrainer(
+        config=config, tokenizer=tokenizer, role_worker_mapping=mapping,
+        resource_pool_manager=FakeResourcePoolManager(), reward_fn=load_reward_manager(config, tokenizer, 0),
+        val_reward_fn=None, train_dataset=train, val_dataset=val, collate_fn=collate_fn,
+        train_sampler=create_rl_sampler(config.data, train),
+    )
+    trainer.actor_rollout_wg = FakeActorRolloutWG(tokenizer.eos_token_id, tokenizer.pad_token_id)
+    if use_ref:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    return trainer
+
+
+def _calls(trainer, name: str) -> list[int]:
+    return [size for called, size in trainer.actor_rollout_wg.calls if called == name]
+
+
+@pytest.fixture()
+def setup(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    return lambda use_ref=False, **kw: _trainer(_config(arithmetic_data_dir, tiny_model_dir, tmp_path, **kw), use_ref)
+
+
+def test_rollout_n_repeats_prompts_interleaved_with_one_uid_per_prompt(setup):
+    trainer = setup(**{"actor_rollout_ref.rollout.n": 3, "trainer.balance_batch": False})
+    trainer.global_steps = 1
+    batch = trainer._generate(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), {}, {})
+    generated = trainer.actor_rollout_wg.generated[0].batch["input_ids"]
+    assert generated.shape[0] == 4 * 3
+    assert torch.equal(generated[0], generated[1]) and torch.equal(generated[1], generated[2])  # interleaved
+    uids = batch.non_tensor_batch["uid"]
+    assert len(set(uids)) == 4 and list(uids[:3]) == [uids[0]] * 3
+
+
+def test_balance_batch_reorders_and_logs(setup):
+    for balance in (True, False):
+        trainer = setup(**{"trainer.balance_batch": balance})
+        trainer.global_steps = 1
+        metrics: dict = {}
+        batch = trainer._generate(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), metrics, {})
+        assert ("global_seqlen/balanced_max" in metrics) is balance
+        if balance:  # the two halves (one per rank) carry token counts as equal as the partition allows
+            lengths = batch.batch["attention_mask"].sum(-1)
+            half = len(lengths) // 2
+            assert abs(lengths[:half].sum() - lengths[half:].sum()) <= metrics["global_seqlen/balanced_max"] - \
+                metrics["global_seqlen/balanced_min"]
+
+
+def test_use_kl_loss_needs_and_calls_the_reference_policy(setup):
+    trainer = setup(use_ref=True, **{"actor_rollout_ref.actor.use_kl_loss": True})
+    trainer.fit()
+    assert _calls(trainer, "compute_ref_log_prob") == [8, 8]
+    trainer = setup(use_ref=False)
+    trainer.fit()
+    assert _calls(trainer, "compute_ref_log_prob") == []
+
+
+def test_critic_warmup_delays_actor_updates(setup):
+    trainer = setup(**{"trainer.critic_warmup": 2, "trainer.total_training_steps": 3})
+    trainer.fit()
+    # verl: update the actor once critic_warmup <= global_steps → steps 2 and 3 only
+    assert len(_calls(trainer, "update_actor")) == 2 and len(_calls(trainer, "generate_sequences")) == 3
+
+
+def test_total_training_steps_stops_the_loop(setup):
+    trainer = setup(**{"trainer.total_training_steps": 3})
+    assert trainer.total_training_steps == 3
+    assert trainer.config.actor_rollout_ref.actor.optim.total_training_steps == 3  # fed to the LR scheduler
+    trainer.fit()
+    assert len(_calls(trainer, "update_actor")) == 3 and trainer.global_steps == 3
+
+
+def test_total_training_steps_defaults_to_epochs_times_loader_length(setup):
+    trainer = setup(**{"trainer.total_training_steps": "null", "trainer.total_epochs": 2})
+    assert trainer.total_training_steps == 2 * len(trainer.train_dataloader) == 2 * (16 // 4)
+
+
+def test_grpo_advantages_are_per_uid_group(setup):
+    trainer = setup(**{"trainer.total_training_steps": 1})
+    trainer.global_steps = 1
+    batch = trainer._generate(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), {}, {})
+    batch, _ = trainer._compute_reward(batch, {})
+    batch = trainer._compute_old_log_prob(batch, {}, {})
+    batch = trainer._compute_advantage(batch, {}, {})
+    adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
+    uids = batch.non_tensor_batch["uid"]
+    for uid in set(uids):
+        group = adv[torch.tensor(np.asarray(uids == uid))]
+        assert torch.allclose(group.mean(), torch.tensor(0.0), atol=1e-5)
+
+
+def test_a_failing_worker_call_names_the_step_and_stage(setup):
+    from hybridrl.trainer.ppo.stages import StageError
+
+    trainer = setup()
+
+    def dead_worker(batch):
+        raise RuntimeError("worker group 'actor_rollout' rank 1 died: SIGKILL")
+
+    trainer.actor_rollout_wg.update_actor = dead_worker
+    with pytest.raises(StageError, match=r"training step 1 failed in stage 'update_actor'.*rank 1 died"):
+        trainer.fit()
+
+
+def test_a_raising_reward_function_names_the_sample(setup, tmp_path):
+    bad = tmp_path / "bad_reward.py"
+    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                   "    raise ValueError('cannot parse')\n")
+    trainer = setup(**{"custom_reward_function.path": str(bad)})
+    with pytest.raises(Exception, match=r"stage 'reward'.*(sample|index).*arithmetic") as info:
+        trainer.fit()
+    assert "cannot parse" in str(info.value)

@@ -7,7 +7,8 @@
 concatenates every DTensor's local shards along its ``Shard`` placement (taking replica 0 of a
 ``Replicate`` mesh dimension, as in HSDP), builds the model class named by ``huggingface/config.json``
 and writes safetensors + config + tokenizer. Tied embeddings are written once (HF drops
-``lm_head.weight``). ``test`` compares the merged state dict with a reference HF folder.
+``lm_head.weight``). A LoRA checkpoint (peft names + ``lora_adapter/``) is written with its adapters
+merged into the base weights, and ``lora_adapter/`` is copied beside them. ``test`` compares the merged state dict with a reference HF folder.
 """
 
 from __future__ import annotations
@@ -81,6 +82,17 @@ def load_fsdp_state_dict(local_dir: str) -> dict[str, torch.Tensor]:
     return merge_shards(shards)
 
 
+def load_merged_state_dict(local_dir: str) -> dict[str, torch.Tensor]:
+    """:func:`load_fsdp_state_dict`; a LoRA checkpoint's adapters are merged into the base weights
+    (``W + lora_alpha/r · B @ A``, scaling read from ``lora_adapter/adapter_config.json``)."""
+    from hybridrl.workers.engine.lora import ADAPTER_SUBDIR, is_lora_key, merged_state_dict, read_adapter_scaling
+
+    state_dict = load_fsdp_state_dict(local_dir)
+    if not any(is_lora_key(name) for name in state_dict):
+        return state_dict
+    return merged_state_dict(state_dict, read_adapter_scaling(os.path.join(local_dir, ADAPTER_SUBDIR)))
+
+
 def _load_hf_meta(local_dir: str, trust_remote_code: bool) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoTokenizer
 
@@ -95,9 +107,16 @@ def _load_hf_meta(local_dir: str, trust_remote_code: bool) -> tuple[Any, Any]:
 
 def merge(local_dir: str, target_dir: str, trust_remote_code: bool = False) -> str:
     """Write ``target_dir`` as a HF folder from the FSDP checkpoint in ``local_dir``. Returns ``target_dir``."""
-    state_dict = load_fsdp_state_dict(local_dir)
+    import shutil
+
+    from hybridrl.workers.engine.lora import ADAPTER_SUBDIR
+
+    state_dict = load_merged_state_dict(local_dir)
     config, tokenizer = _load_hf_meta(local_dir, trust_remote_code)
     save_hf_model(config, state_dict, target_dir, tokenizer)
+    adapter_dir = os.path.join(local_dir, ADAPTER_SUBDIR)
+    if os.path.isdir(adapter_dir):  # LoRA: keep the adapter beside the merged weights (as verl's merger)
+        shutil.copytree(adapter_dir, os.path.join(target_dir, ADAPTER_SUBDIR), dirs_exist_ok=True)
     return target_dir
 
 
@@ -105,7 +124,7 @@ def check_against(local_dir: str, test_hf_dir: str) -> None:
     """Raise if the merged weights differ from ``test_hf_dir``'s (names, shapes, values)."""
     from safetensors.torch import load_file
 
-    merged = load_fsdp_state_dict(local_dir)
+    merged = load_merged_state_dict(local_dir)
     reference: dict[str, torch.Tensor] = {}
     for name in sorted(os.listdir(test_hf_dir)):
         if name.endswith(".safetensors"):

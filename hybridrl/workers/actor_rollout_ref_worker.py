@@ -55,6 +55,7 @@ class ActorRolloutRefWorker(Worker):
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
+        self._is_lora = engine.lora_enabled(self.config.model)
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         if self._is_actor:
@@ -62,7 +63,7 @@ class ActorRolloutRefWorker(Worker):
             normalize_actor_batch_sizes(self.config.actor, rollout_n, world_size, "actor_rollout_ref.actor")
         if self._is_actor or self._is_rollout:
             normalize_log_prob_batch_sizes(self.config.rollout, world_size, "actor_rollout_ref.rollout")
-        if self._is_ref:
+        if self._is_ref or (self._is_lora and self._is_actor):
             normalize_log_prob_batch_sizes(self.config.ref, world_size, "actor_rollout_ref.ref")
         self.actor_module: Any = None
         self.actor_optimizer: torch.optim.Optimizer | None = None
@@ -95,7 +96,7 @@ class ActorRolloutRefWorker(Worker):
                 actor_module=self.actor_module,
                 device_name=self._device_name,
             )
-        if self._is_ref:
+        if self._is_ref and not (self._is_lora and self._is_actor):  # LoRA: ref = actor with adapters off (verl)
             self._build_ref(use_remove_padding)
 
     def _build_actor(self, use_remove_padding: bool) -> None:
@@ -168,21 +169,29 @@ class ActorRolloutRefWorker(Worker):
         )
         with self._actor_on_device(with_optimizer=False):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
-        if self.world_size > 1 and engine.fsdp_version(self.actor_module) == 1:
-            # FSDP1 keeps the root's unsharded params after an eval forward; reshard to free them (as verl)
-            root_handle = getattr(self.actor_module, "_handle", None)
-            if root_handle is not None:
-                root_handle.reshard(True)
+        self._reshard_fsdp1_root()
         output = DataProto.from_dict(
             tensors={"old_log_probs": log_probs, "entropys": entropys},
             meta_info={"temperature": data.meta_info["temperature"]},
         )
         return output.to("cpu")
 
+    def _reshard_fsdp1_root(self) -> None:
+        if self.world_size > 1 and engine.fsdp_version(self.actor_module) == 1:
+            # FSDP1 keeps the root's unsharded params after an eval forward; reshard to free them (as verl)
+            root_handle = getattr(self.actor_module, "_handle", None)
+            if root_handle is not None:
+                root_handle.reshard(True)
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """``ref_log_prob [B, R]`` under the frozen reference policy (ref.log_prob_* sizes)."""
-        if not self._is_ref:
+        """``ref_log_prob [B, R]`` under the frozen reference policy (ref.log_prob_* sizes).
+
+        With LoRA (``model.lora_rank > 0``) the reference is the actor with its adapters disabled, i.e.
+        the base model (verl's ``ref_in_actor``): no second model is built.
+        """
+        use_actor_as_ref = self._is_lora and self._is_actor
+        if not (self._is_ref or use_actor_as_ref):
             raise RuntimeError(f"compute_ref_log_prob needs a ref role; this worker has role={self.role!r}.")
         ref = self.config.ref
         data = data.to(current_device())
@@ -192,7 +201,12 @@ class ActorRolloutRefWorker(Worker):
             use_dynamic_bsz=bool(ref.get("log_prob_use_dynamic_bsz", False)),
             temperature=self.config.rollout.get("temperature", 1.0),
         )
-        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        if use_actor_as_ref:
+            with self._actor_on_device(with_optimizer=False), engine.disable_adapter(self.actor_module):
+                log_probs, _ = self.actor.compute_log_prob(data, calculate_entropy=False)
+            self._reshard_fsdp1_root()
+        else:
+            log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

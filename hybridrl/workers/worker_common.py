@@ -81,6 +81,8 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     )
     if spec.trainable and model_config.get("enable_gradient_checkpointing", False):
         engine.enable_gradient_checkpointing(module)
+    if spec.trainable and spec.kind == "causal_lm" and engine.lora_enabled(model_config):
+        module = engine.apply_lora(module, model_config)  # adapters before FSDP (verl); base weights frozen
     if device_name == "cuda":
         module.to(current_device())
     # verl: frozen FSDP1 models (ref, RM) keep their params offloaded to CPU between uses on GPU

@@ -8,6 +8,7 @@ from hybridrl.workers.engine.fsdp import (
     enable_gradient_checkpointing,
     fsdp_version,
 )
+from hybridrl.workers.engine.lora import apply_lora, disable_adapter, lora_enabled
 from hybridrl.workers.engine.model_loader import build_tokenizer, import_external_libs, load_hf_config, load_hf_model
 from hybridrl.workers.engine.offload import load_model, load_optimizer, offload_model, offload_optimizer
 from hybridrl.workers.engine.optim import (
@@ -30,6 +31,7 @@ __all__ = [
     "FSDPCheckpointManager",
     "MixedPrecisionDtypes",
     "apply_fsdp",
+    "apply_lora",
     "broadcast_module_from_rank0",
     "build_lr_scheduler",
     "build_optimizer",
@@ -37,6 +39,7 @@ __all__ = [
     "clip_grad_and_step",
     "clip_grad_norm",
     "create_device_mesh",
+    "disable_adapter",
     "enable_gradient_checkpointing",
     "fsdp_version",
     "get_constant_schedule_with_warmup",
@@ -49,6 +52,7 @@ __all__ = [
     "load_hf_model",
     "load_model",
     "load_optimizer",
+    "lora_enabled",
     "offload_model",
     "offload_optimizer",
     "resolve_mixed_precision",

@@ -35,6 +35,7 @@ from hybridrl.utils.checkpoint import (
     set_rng_state,
 )
 from hybridrl.utils.fs import local_mkdir_safe
+from hybridrl.workers.engine import lora
 from hybridrl.workers.engine.fsdp import fsdp_version
 from hybridrl.workers.engine.hf_export import save_hf_config, save_hf_model
 from hybridrl.workers.engine.state_dict import (
@@ -106,6 +107,7 @@ class FSDPCheckpointManager:
         self.save_contents = _contents(checkpoint_config, "save_contents")
         self.load_contents = _contents(checkpoint_config, "load_contents")
         self.rank, self.world_size = _rank_and_world()
+        self._is_lora = lora.unwrap_peft(model) is not None
 
     def _file(self, local_path: str, kind: str) -> str:
         return os.path.join(local_path, f"{kind}_world_size_{self.world_size}_rank_{self.rank}.pt")
@@ -150,8 +152,13 @@ class FSDPCheckpointManager:
         """``fsdp_config.json`` and ``huggingface/`` (rank 0); the full-weight gather is collective."""
         hf_dir = os.path.join(local_path, HF_SUBDIR)
         full_state = get_full_state_dict(self.model) if "hf_model" in self.save_contents else None
+        adapter = lora.gather_lora_adapter(self.model) if self._is_lora else None
+        if full_state is not None and self._is_lora:
+            full_state = lora.merged_state_dict(full_state, lora.lora_scalings(self.model))
         if self.rank != 0:
             return
+        if adapter is not None:  # verl: <step>/actor/lora_adapter/ (PeftModel.from_pretrained reads it)
+            lora.save_lora_adapter(self.model, adapter, os.path.join(local_path, lora.ADAPTER_SUBDIR))
         version = fsdp_version(self.model)
         with open(os.path.join(local_path, FSDP_CONFIG_FILE), "w") as f:
             json.dump({"FSDP_version": version, "world_size": self.world_size}, f, indent=2)

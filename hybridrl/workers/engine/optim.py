@@ -37,9 +37,12 @@ def _get(config: Any, key: str, default: Any) -> Any:
 
 
 def build_optimizer(module: nn.Module, optim_config: Any) -> torch.optim.AdamW:
-    """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (verl code defaults for missing keys)."""
+    """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (verl code defaults for missing keys).
+
+    Only parameters that require grad are optimised (all of them, except with LoRA: the adapters).
+    """
     return torch.optim.AdamW(
-        module.parameters(),
+        [p for p in module.parameters() if p.requires_grad],
         lr=float(optim_config["lr"]),
         betas=tuple(_get(optim_config, "betas", (0.9, 0.999))),
         weight_decay=float(_get(optim_config, "weight_decay", 1e-2)),

@@ -27,14 +27,19 @@ def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]
     """``(name, full tensor)`` pairs of ``module``, HF ``state_dict()`` names, on every rank.
 
     Uses the engine's ``hybridrl.workers.engine.iter_full_state_dict`` when available (FSDP1/FSDP2,
-    gathered layer by layer); otherwise a local fallback for plain modules and FSDP2 DTensors.
+    gathered layer by layer; a peft LoRA model yields its merged base weights); otherwise a local fallback for plain modules and FSDP2 DTensors.
     """
     try:
         from hybridrl.workers.engine import iter_full_state_dict as engine_iter
     except ImportError:
         engine_iter = None
     if engine_iter is not None:
-        yield from engine_iter(module)
+        from hybridrl.workers.engine.lora import lora_scalings, merge_lora_tensors, unwrap_peft
+
+        if unwrap_peft(module) is not None:  # LoRA: the engine gets W + scaling·B@A under the base names
+            yield from merge_lora_tensors(engine_iter(module), lora_scalings(module))
+        else:
+            yield from engine_iter(module)
         return
     from torch.distributed.tensor import DTensor
 

@@ -71,7 +71,8 @@ def sample_indices(numel: int, k: int = _SAMPLES_PER_TENSOR, mode: str = "stride
     k = min(k, numel)
     if mode == "prefix":
         return torch.arange(k)
-    return torch.linspace(0, numel - 1, k).round().long()
+    # integer arithmetic: a float32 linspace rounds numel - 1 up to numel past 2**24 elements (out of bounds)
+    return torch.arange(k, dtype=torch.long) * (numel - 1) // max(k - 1, 1)
 
 
 def _is_checked(index: int, name: str) -> bool:

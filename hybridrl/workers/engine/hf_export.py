@@ -15,12 +15,14 @@ from torch import nn
 
 
 def unwrapped_model_class_name(module: nn.Module) -> str:
-    """The HF class name under FSDP wrapping (FSDP2 subclasses the model as ``FSDP<Class>``)."""
+    """The HF class name under FSDP / peft wrapping (FSDP2 subclasses the model as ``FSDP<Class>``)."""
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     if isinstance(module, FSDP):
         module = module.module
+    if hasattr(module, "peft_config") and hasattr(module, "get_base_model"):  # LoRA: the base model's class
+        return unwrapped_model_class_name(module.get_base_model())
     for cls in type(module).__mro__:
         if not issubclass(cls, FSDPModule):
             return cls.__name__

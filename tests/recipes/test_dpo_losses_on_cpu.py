@@ -26,8 +26,9 @@ BETA = 0.5
 def _naive_loss(loss_type: str, beta: float, eps: float) -> float:
     """Per-pair Python loop with math.* only: the reference for the vectorised code."""
     total = 0.0
-    for pc, pr, rc, rr in zip(POLICY_CHOSEN.tolist(), POLICY_REJECTED.tolist(), REF_CHOSEN.tolist(),
-                              REF_REJECTED.tolist()):
+    for pc, pr, rc, rr in zip(
+        POLICY_CHOSEN.tolist(), POLICY_REJECTED.tolist(), REF_CHOSEN.tolist(), REF_REJECTED.tolist()
+    ):
         h = (pc - pr) - (rc - rr)
         if loss_type == "sigmoid":
             sig = lambda x: 1.0 / (1.0 + math.exp(-x))  # noqa: E731

@@ -108,8 +108,9 @@ class ActorRolloutRefWorker(Worker):
         if self._is_actor:
             self.actor_optimizer = engine.build_optimizer(self.actor_module, actor_config.optim)
             self.actor_lr_scheduler = engine.build_lr_scheduler(self.actor_optimizer, actor_config.optim)
-        with open_dict(actor_config):  # verl copies the model-level switch into the actor section
+        with open_dict(actor_config):  # verl copies the model-level switches into the actor section
             actor_config.use_remove_padding = use_remove_padding
+            actor_config.enable_activation_offload = bool(self.config.model.get("enable_activation_offload", False))
         self.actor = DataParallelPPOActor(actor_config, self.actor_module, self.actor_optimizer)
         self._offload_actor(optimizer_too=True)
 

@@ -20,12 +20,17 @@ relative to its own mini-batch and the ranks together reproduce the global-batch
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from hybridrl.workers.actor.base import BasePPOActor, append_to_dict
@@ -43,6 +48,44 @@ def compute_dtype_context(device_name: str) -> contextlib.AbstractContextManager
     if device_name == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def maybe_compile(fn: Callable[..., torch.Tensor], enabled: bool, device_name: str) -> Callable[..., torch.Tensor]:
+    """``torch.compile(fn, dynamic=True)`` for ``use_torch_compile`` (verl), with an eager fallback.
+
+    CUDA: compiled. CPU: eager unless ``HYBRIDRL_COMPILE_ON_CPU=1`` — inductor's C++ build costs tens of
+    seconds per process and buys nothing on the tiny CPU models (numerics are equal; see the knob tests).
+    If compilation fails at the first call, the eager function is used from then on (one warning).
+    """
+    if not enabled or (device_name != "cuda" and os.environ.get("HYBRIDRL_COMPILE_ON_CPU", "0") != "1"):
+        return fn
+    compiled = torch.compile(fn, dynamic=True)
+    state = {"fn": compiled}
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> torch.Tensor:
+        try:
+            return state["fn"](*args, **kwargs)
+        except Exception as error:  # noqa: BLE001  (compiler/toolchain errors of any kind)
+            if state["fn"] is fn:
+                raise
+            warnings.warn(f"use_torch_compile: compiling {fn.__name__} failed ({error!r}); running it eagerly.")
+            state["fn"] = fn
+            return fn(*args, **kwargs)
+
+    return call
+
+
+def activation_offload_context(enabled: bool, device_name: str) -> contextlib.AbstractContextManager[Any]:
+    """``model.enable_activation_offload``: tensors saved for backward live in pinned CPU memory
+    (``torch.autograd.graph.save_on_cpu``) and return to the GPU for backward. On CPU activations are
+    already in host memory, so it is a no-op (warned once)."""
+    if not enabled:
+        return contextlib.nullcontext()
+    if device_name != "cuda":
+        warn_once("enable_activation_offload=True has no effect on CPU: activations already live in host memory.")
+        return contextlib.nullcontext()
+    return torch.autograd.graph.save_on_cpu(pin_memory=True)
 
 
 class DataParallelPPOActor(BasePPOActor):
@@ -70,11 +113,16 @@ class DataParallelPPOActor(BasePPOActor):
             use_remove_padding = bool(config.get("use_remove_padding", False))
         self.use_remove_padding = use_remove_padding
         self.device_name = get_device_name()
+        chunked = bool(config.get("entropy_from_logits_with_chunking", False))
+        use_compile = bool(config.get("use_torch_compile", True))
+        # verl compiles the plain entropy helper (dynamic shapes); the chunked one loops in Python
         self._entropy_fn = (
             entropy_from_logits_with_chunking
-            if config.get("entropy_from_logits_with_chunking", False)
-            else entropy_from_logits
+            if chunked
+            else maybe_compile(entropy_from_logits, use_compile, self.device_name)
         )
+        self._logprob_fn = maybe_compile(logprobs_from_logits, use_compile, self.device_name)
+        self._activation_offload = bool(config.get("enable_activation_offload", False))
 
     # ------------------------------------------------------------------ forward
 
@@ -85,7 +133,7 @@ class DataParallelPPOActor(BasePPOActor):
 
         def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
             logits = logits / temperature  # not in place: logits may be a view needed for backward
-            outputs = [logprobs_from_logits(logits, next_tokens)]
+            outputs = [self._logprob_fn(logits, next_tokens)]
             if calculate_entropy:
                 if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():
                     outputs.append(torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False))
@@ -203,7 +251,8 @@ class DataParallelPPOActor(BasePPOActor):
                 )
                 self.actor_optimizer.zero_grad()
                 for micro_batch in micro_batches:
-                    policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature)
+                    with activation_offload_context(self._activation_offload, self.device_name):
+                        policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature)
                     (policy_loss * self._loss_scale(micro_batch)).backward()
                     append_to_dict(metrics, micro_metrics)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})

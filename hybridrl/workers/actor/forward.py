@@ -4,7 +4,9 @@ Two input layouts give the same numbers on valid tokens:
 
 - padded: ``model(input_ids [B,S], attention_mask [B,S], position_ids [B,S])``;
 - packed (``use_remove_padding``): every valid token in one ``[1, nnz]`` row, ``attention_mask=None``
-  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.padding`).
+  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.padding`); with Ulysses
+  sequence parallelism (a module marked by ``ulysses.mark_sequence_parallel``) each rank of the SP
+  group runs a slice of that row and the per-token outputs are all-gathered (:mod:`hybridrl.utils.ulysses`).
 
 Position ``t`` of the output scores token ``t+1``, so the response (the last ``R`` tokens) is read
 from positions ``[-R-1, -1)``. Values at positions the response mask excludes are not comparable
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 
+from hybridrl.utils import ulysses
 from hybridrl.utils.padding import pack_sequences
 
 __all__ = ["forward_response", "restore_order", "split_micro_batches"]
@@ -53,17 +58,35 @@ def forward_response(
     position_ids = micro_batch["position_ids"]
     if use_remove_padding:
         packed = pack_sequences(input_ids, attention_mask, position_ids)
-        output = module(
-            input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
-        )
         # the token each packed position predicts; the last token of a sequence gets the next
         # sequence's first token, which lands on a position outside the response mask.
         next_tokens = torch.roll(packed.input_ids, shifts=-1, dims=1)  # [1, nnz]
-        per_token = token_fn(output.logits, next_tokens)
+        sp_group = ulysses.sequence_parallel_group_of(module)
+        if sp_group is not None and dist.get_world_size(sp_group) > 1:
+            per_token = _forward_packed_sp(module, packed, next_tokens, token_fn, sp_group)
+        else:
+            output = module(
+                input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
+            )
+            per_token = token_fn(output.logits, next_tokens)
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
     output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     logits = output.logits[:, -response_length - 1 : -1]  # [B, R, H]
     return list(token_fn(logits, micro_batch["responses"]))
+
+
+def _forward_packed_sp(
+    module: nn.Module, packed: Any, next_tokens: torch.Tensor, token_fn: TokenFn, group: Any
+) -> list[torch.Tensor]:
+    """Ulysses: this rank runs ``[1, nnz_pad/sp]`` of the packed row; per-token outputs are gathered to ``[1, nnz]``."""
+    sp_size, sp_rank = dist.get_world_size(group), dist.get_rank(group)
+    ids, pos, pad = ulysses.ulysses_pad_and_slice_inputs(packed.input_ids, packed.position_ids, sp_size, sp_rank)
+    local_next, _, _ = ulysses.ulysses_pad_and_slice_inputs(next_tokens, None, sp_size, sp_rank)
+    output = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False)
+    return [
+        ulysses.gather_outputs_and_unpad(values, gather_dim=1, padding_size=pad, group=group)
+        for values in token_fn(output.logits, local_next)
+    ]
 
 
 def split_micro_batches(

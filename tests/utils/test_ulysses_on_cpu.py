@@ -1,0 +1,151 @@
+"""Ulysses sequence parallelism: the re-partitioning functions by hand, and SP=2 ≡ SP=1 over gloo (slow)."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import socket
+import traceback
+
+import pytest
+import torch
+
+from hybridrl.utils import ulysses
+
+
+def test_pad_and_slice_by_hand():
+    ids = torch.tensor([[11, 12, 13, 14, 15]])  # nnz = 5, sp = 2 → pad 1 → [11 12 13 | 14 15 0]
+    pos = torch.tensor([[0, 1, 2, 0, 1]])
+    a_ids, a_pos, pad = ulysses.ulysses_pad_and_slice_inputs(ids, pos, sp_size=2, sp_rank=0)
+    b_ids, b_pos, _ = ulysses.ulysses_pad_and_slice_inputs(ids, pos, sp_size=2, sp_rank=1)
+    assert pad == 1
+    assert a_ids.tolist() == [[11, 12, 13]] and b_ids.tolist() == [[14, 15, 0]]
+    assert a_pos.tolist() == [[0, 1, 2]] and b_pos.tolist() == [[0, 1, 0]]  # the pad starts its own sequence
+    same, no_pad = ulysses.pad_to_multiple(torch.arange(6), 3)
+    assert no_pad == 0 and same.tolist() == list(range(6))
+    with pytest.raises(ValueError, match="not divisible"):
+        ulysses.slice_for_rank(torch.arange(5), 0, 2)
+
+
+def test_packed_causal_mask_by_hand():
+    # sequences [0 1 2] [0 1] [0]: causal inside each block, nothing across blocks
+    mask = ulysses.packed_causal_mask(torch.tensor([0, 1, 2, 0, 1, 0]))
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0],
+            [0, 0, 0, 1, 0, 0],
+            [0, 0, 0, 1, 1, 0],
+            [0, 0, 0, 0, 0, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(mask, expected)
+
+
+def test_unmarked_module_runs_plain_sdpa(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    name = ulysses.register_ulysses_attention()
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    ulys = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation=name)
+    assert ulysses.sequence_parallel_group_of(ulys) is None
+    ids = torch.randint(5, 500, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding: the mask path must stay SDPA's
+    with torch.no_grad():
+        torch.testing.assert_close(ulys(ids, attention_mask=mask).logits, plain(ids, attention_mask=mask).logits)
+
+
+# ----------------------------------------------------------------------------- 2 gloo ranks
+
+
+def _sp_checks(rank: int, model_dir: str) -> dict:
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.utils.torch_functional import compute_position_id_with_mask, logprobs_from_logits
+    from hybridrl.workers.actor.forward import forward_response
+
+    name = ulysses.register_ulysses_attention()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=name)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 500, (3, 11), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    mask[2, :1] = 0
+    mask[1, -2:] = 0
+    mask[2, -1:] = 0  # nnz = 33 - 6 = 27: odd, so the last SP rank gets one pad token
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": compute_position_id_with_mask(mask),
+        "responses": ids[:, -5:],
+    }
+    weights = torch.randn(3, 5, generator=gen) * mask[:, -5:]
+
+    def run() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        (log_probs,) = forward_response(model, batch, True, lambda lg, nt: [logprobs_from_logits(lg, nt)])
+        (log_probs * weights).sum().backward()
+        return log_probs.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    plain_lp, plain_grads = run()
+    ulysses.mark_sequence_parallel(model, dist.group.WORLD)
+    sp_lp, sp_grads = run()
+    for grad in sp_grads.values():  # what FSDP's reduce-scatter does: average over the dp·sp ranks
+        dist.all_reduce(grad)
+        grad /= dist.get_world_size()
+    return {"plain_lp": plain_lp, "sp_lp": sp_lp, "plain_grads": plain_grads, "sp_grads": sp_grads}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, port: int, model_dir: str, queue) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo")
+        buffer = io.BytesIO()
+        torch.save(_sp_checks(rank, model_dir), buffer)
+        queue.put((rank, "ok", buffer.getvalue()))
+    except BaseException:
+        queue.put((rank, "error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_sp2_equals_sp1_log_probs_and_gradients(tiny_model_dir):
+    ctx = multiprocessing.get_context("spawn")
+    queue, port = ctx.Queue(), _free_port()
+    procs = [ctx.Process(target=_entry, args=(r, port, tiny_model_dir, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in range(2):
+            rank, status, payload = queue.get(timeout=300)
+            assert status == "ok", f"rank {rank} failed:\n{payload}"
+            results[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    for rank in (0, 1):
+        out = results[rank]
+        mask = out["plain_lp"] != 0
+        torch.testing.assert_close(out["sp_lp"], out["plain_lp"], rtol=1e-5, atol=1e-5)
+        assert mask.any()
+        for name, grad in out["plain_grads"].items():
+            torch.testing.assert_close(out["sp_grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)

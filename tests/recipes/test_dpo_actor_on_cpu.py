@@ -27,8 +27,14 @@ def causal_lm(tiny_model_dir):
 
 
 def _config(**overrides):
-    base = {"ppo_micro_batch_size_per_gpu": 4, "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 64,
-            "ppo_epochs": 1, "grad_clip": 1.0, "use_remove_padding": False}
+    base = {
+        "ppo_micro_batch_size_per_gpu": 4,
+        "use_dynamic_bsz": False,
+        "ppo_max_token_len_per_gpu": 64,
+        "ppo_epochs": 1,
+        "grad_clip": 1.0,
+        "use_remove_padding": False,
+    }
     return OmegaConf.create({**base, **overrides})
 
 
@@ -43,9 +49,13 @@ def _pair_batch(num_pairs: int, weights: list[float] | None = None, seed: int = 
     attention_mask = torch.cat([torch.ones(rows, PROMPT_LEN, dtype=torch.long), response_mask], dim=-1)
     row_weights = [w for w in (weights or [1.0] * num_pairs) for _ in range(2)]
     tensors = {
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=-1),
-        "attention_mask": attention_mask, "position_ids": compute_position_id_with_mask(attention_mask),
-        "response_mask": response_mask, PAIR_WEIGHT_KEY: torch.tensor(row_weights),
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=-1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_id_with_mask(attention_mask),
+        "response_mask": response_mask,
+        PAIR_WEIGHT_KEY: torch.tensor(row_weights),
     }
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
@@ -78,10 +88,10 @@ def _train(model, data: DataProto, lr: float, steps: int = 1, **config) -> tuple
 
 def test_first_update_metrics_and_direction(causal_lm):
     data = _with_reference(causal_lm, _pair_batch(3))
-    trained, metrics = _train(causal_lm, data, lr=0.5, steps=3)
-    # before the first step policy == reference: h = 0 → loss −log σ(0) = log 2, rewards 0 — here the metrics
-    # of the 3rd update, so check the first update separately
+    # the first update's metrics come from the forward before its step, where policy == reference:
+    # h = 0 → loss −log σ(0) = log 2 = 0.693147, implicit rewards 0
     _, first = _train(causal_lm, data, lr=0.5)
+    trained, metrics = _train(causal_lm, data, lr=0.5, steps=3)  # metrics of the 3rd update
     assert first["actor/dpo_loss"][0] == pytest.approx(math.log(2), abs=1e-5)
     assert first["actor/rewards_chosen"][0] == pytest.approx(0.0, abs=1e-5)
     assert first["actor/grad_norm"][0] > 0

@@ -1,0 +1,134 @@
+"""The peer of the quickstart: TRL's GRPOTrainer on the same model, task and held-out set, for comparison.
+
+Same task as ``examples/quickstart``: "What is {a} + {b}? Answer with just the number.", a, b uniform in
+10–99, reward 1.0 when the last integer of the completion equals a + b (hybridrl's ``arithmetic`` scorer),
+the same parquet files (``make_data.py``) and the same prepared SmolLM2 folder (``prepare_model.py``).
+The TRL configuration is the one the issue measured: ``per_device_train_batch_size=32, num_generations=8,
+max_completion_length=16, learning_rate=5e-6, beta=0.0, temperature=1.0``, fp32 on CPU.
+
+Greedy validation accuracy (16 new tokens, last-integer match) on the held-out prompts is measured before
+training and every ``--eval_every`` steps; the output is one JSON line per evaluation plus a summary with
+the training minutes (evaluation excluded) to reach ``--target``.
+
+TRL is a dev/benchmark dependency only: ``pip install trl torch==2.13.0`` (the pin keeps the CPU torch).
+
+Example: python scripts/bench/trl_grpo_quickstart.py --max_steps 61 --eval_every 10 --out trl.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def greedy_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int = 16, batch_size: int = 64) -> float:
+    """Fraction of ``rows`` whose greedy completion's last integer equals the ground truth."""
+    import torch
+
+    from hybridrl.utils.reward_score.arithmetic import compute_score
+
+    tokenizer.padding_side = "left"
+    correct = 0.0
+    model.eval()
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        texts = [tokenizer.apply_chat_template(list(r["prompt"]), tokenize=False, add_generation_prompt=True)
+                 for r in chunk]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        completions = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(compute_score(c, r["reward_model"]["ground_truth"]) for c, r in zip(completions, chunk))
+    model.train()
+    return correct / len(rows)
+
+
+def arithmetic_reward(completions, ground_truth, **kwargs) -> list[float]:
+    """TRL reward function: conversational completions → 1.0/0.0 per completion."""
+    from hybridrl.utils.reward_score.arithmetic import compute_score
+
+    return [compute_score(c[0]["content"], gt) for c, gt in zip(completions, ground_truth)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache_dir", default=os.path.expanduser("~/.cache/hybridrl"))
+    parser.add_argument("--max_steps", type=int, default=61)
+    parser.add_argument("--eval_every", type=int, default=10)
+    parser.add_argument("--learning_rate", type=float, default=5e-6)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--target", type=float, default=0.727)
+    parser.add_argument("--out", default=None, help="append JSON lines here as well as to stdout")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import pandas as pd
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    quickstart = ROOT / "examples" / "quickstart"
+    model_dir = _load("qs_prepare_model", quickstart / "prepare_model.py").prepare(args.cache_dir)
+    data_dir = _load("qs_make_data", quickstart / "make_data.py").make_data(
+        Path(args.cache_dir) / "data" / "arithmetic_2digit_add")
+    train = pd.read_parquet(data_dir / "train.parquet")
+    val_rows = pd.read_parquet(data_dir / "test.parquet").to_dict("records")
+    dataset = Dataset.from_dict({
+        "prompt": [[dict(m) for m in p] for p in train["prompt"]],
+        "ground_truth": [rm["ground_truth"] for rm in train["reward_model"]],
+    })
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+    def emit(row: dict) -> None:
+        print(json.dumps(row), flush=True)
+        if args.out:
+            with open(args.out, "a") as fp:
+                fp.write(json.dumps(row) + "\n")
+
+    clock = {"train_s": 0.0, "since": time.time(), "hit": None}
+
+    class EvalCallback(TrainerCallback):
+        def on_step_end(self, _args, state, control, **kwargs):
+            if state.global_step % args.eval_every and state.global_step != args.max_steps:
+                return
+            clock["train_s"] += time.time() - clock["since"]
+            acc = greedy_accuracy(kwargs["model"], tokenizer, val_rows)
+            if clock["hit"] is None and acc >= args.target:
+                clock["hit"] = clock["train_s"] / 60
+            emit({"step": state.global_step, "val_acc": acc, "train_min": clock["train_s"] / 60})
+            clock["since"] = time.time()
+
+    emit({"step": 0, "val_acc": greedy_accuracy(model, tokenizer, val_rows), "train_min": 0.0})
+    config = GRPOConfig(
+        output_dir=str(Path(args.cache_dir) / "trl_grpo_out"), per_device_train_batch_size=32, num_generations=8,
+        max_completion_length=16, learning_rate=args.learning_rate, beta=0.0, temperature=1.0, use_cpu=True,
+        use_vllm=False, bf16=False, report_to="none", max_steps=args.max_steps, logging_steps=1,
+        save_strategy="no", seed=args.seed,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=arithmetic_reward, args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[EvalCallback()])
+    clock["since"] = time.time()
+    trainer.train()
+    emit({"summary": True, "minutes_to_target": clock["hit"], "target": args.target,
+          "train_min": clock["train_s"] / 60, "steps": args.max_steps})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

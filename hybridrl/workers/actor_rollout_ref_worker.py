@@ -24,6 +24,7 @@ from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes, resolved_copy
+from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager
 from hybridrl.workers.worker_common import (
     ModelSpec,
     build_fsdp_module,
@@ -33,6 +34,12 @@ from hybridrl.workers.worker_common import (
 )
 
 __all__ = ["ActorRolloutRefWorker"]
+
+
+def _times(value: Any, factor: int) -> Any:
+    """verl scales token budgets by the SP size: a group packs ``sp ×`` the tokens of one rank."""
+    return value * factor if isinstance(value, int) else value
+
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
@@ -65,6 +72,7 @@ class ActorRolloutRefWorker(Worker):
             normalize_log_prob_batch_sizes(self.config.rollout, world_size, "actor_rollout_ref.rollout")
         if self._is_ref or (self._is_lora and self._is_actor):
             normalize_log_prob_batch_sizes(self.config.ref, world_size, "actor_rollout_ref.ref")
+        self.ulysses = UlyssesShardingManager(self._build_sp_group())
         self.actor_module: Any = None
         self.actor_optimizer: torch.optim.Optimizer | None = None
         self.actor_lr_scheduler: Any = None
@@ -72,6 +80,28 @@ class ActorRolloutRefWorker(Worker):
         self._checkpoint_manager: Any = None
 
     # ------------------------------------------------------------------ build
+
+    def _build_sp_group(self) -> Any:
+        """Ulysses SP group when ``ulysses_sequence_parallel_size > 1`` (actor's; the ref must agree)."""
+        sizes = {
+            section: int(self.config[section].get("ulysses_sequence_parallel_size", 1) or 1)
+            for section, active in (("actor", self._is_actor), ("ref", self._is_ref))
+            if active
+        }
+        sp_size = max(sizes.values(), default=1)
+        if sp_size == 1:
+            return None
+        if len(set(sizes.values())) > 1:
+            raise ValueError(
+                f"actor_rollout_ref.actor/ref.ulysses_sequence_parallel_size differ ({sizes}) in one worker; set them equal."
+            )
+        if not self.config.model.get("use_remove_padding", False):
+            raise ValueError(
+                "ulysses_sequence_parallel_size > 1 needs actor_rollout_ref.model.use_remove_padding=True (as in verl)."
+            )
+        from hybridrl.workers.sharding_manager.fsdp_ulysses import build_sp_group
+
+        return build_sp_group(sp_size)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -102,7 +132,12 @@ class ActorRolloutRefWorker(Worker):
     def _build_actor(self, use_remove_padding: bool) -> None:
         actor_config = self.config.actor
         spec = ModelSpec(
-            self.config.model, actor_config.fsdp_config, actor_config.get("strategy", "fsdp2"), "causal_lm", True
+            self.config.model,
+            actor_config.fsdp_config,
+            actor_config.get("strategy", "fsdp2"),
+            "causal_lm",
+            True,
+            sp_group=self.ulysses.group,
         )
         self.actor_module, self.hf_config = build_fsdp_module(spec, self._device_name)
         if self._is_actor:
@@ -117,7 +152,9 @@ class ActorRolloutRefWorker(Worker):
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
         strategy = ref_config.get("strategy") or self.config.actor.get("strategy", "fsdp2")
-        spec = ModelSpec(self.config.model, ref_config.get("fsdp_config", {}), strategy, "causal_lm", False)
+        spec = ModelSpec(
+            self.config.model, ref_config.get("fsdp_config", {}), strategy, "causal_lm", False, self.ulysses.group
+        )
         self.ref_module, ref_hf_config = build_fsdp_module(spec, self._device_name)
         if not (self._is_actor or self._is_rollout):
             self.hf_config = ref_hf_config
@@ -161,10 +198,10 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"compute_log_prob needs an actor role; this worker has role={self.role!r}.")
         rollout = self.config.rollout
-        data = data.to(current_device())
+        data = self.ulysses.preprocess_data(data.to(current_device()))
         data.meta_info.update(
             micro_batch_size=rollout.get("log_prob_micro_batch_size_per_gpu"),
-            max_token_len=rollout.get("log_prob_max_token_len_per_gpu"),
+            max_token_len=_times(rollout.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
             use_dynamic_bsz=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
             temperature=rollout.get("temperature", 1.0),
         )
@@ -175,7 +212,7 @@ class ActorRolloutRefWorker(Worker):
             tensors={"old_log_probs": log_probs, "entropys": entropys},
             meta_info={"temperature": data.meta_info["temperature"]},
         )
-        return output.to("cpu")
+        return self.ulysses.postprocess_data(output).to("cpu")
 
     def _reshard_fsdp1_root(self) -> None:
         if self.world_size > 1 and engine.fsdp_version(self.actor_module) == 1:
@@ -195,10 +232,10 @@ class ActorRolloutRefWorker(Worker):
         if not (self._is_ref or use_actor_as_ref):
             raise RuntimeError(f"compute_ref_log_prob needs a ref role; this worker has role={self.role!r}.")
         ref = self.config.ref
-        data = data.to(current_device())
+        data = self.ulysses.preprocess_data(data.to(current_device()))
         data.meta_info.update(
             micro_batch_size=ref.get("log_prob_micro_batch_size_per_gpu"),
-            max_token_len=ref.get("log_prob_max_token_len_per_gpu"),
+            max_token_len=_times(ref.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
             use_dynamic_bsz=bool(ref.get("log_prob_use_dynamic_bsz", False)),
             temperature=self.config.rollout.get("temperature", 1.0),
         )
@@ -208,14 +245,14 @@ class ActorRolloutRefWorker(Worker):
             self._reshard_fsdp1_root()
         else:
             log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
-        return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
+        return self.ulysses.postprocess_data(DataProto.from_dict(tensors={"ref_log_prob": log_probs})).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update; returns ``meta_info["metrics"]`` (actor/*, actor/lr, perf/*) and steps the LR schedule."""
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
-        data = data.to(current_device())
+        data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
         data.meta_info.setdefault("temperature", self.config.rollout.get("temperature", 1.0))
         with self._actor_on_device(with_optimizer=True):
             metrics: dict[str, Any] = self.actor.update_policy(data)

@@ -57,14 +57,18 @@ class ModelSpec:
         strategy: ``fsdp2`` (default) or ``fsdp``.
         kind: ``causal_lm`` or ``token_classification``.
         trainable: actor/critic (fp32 master weights, gradient checkpointing) vs ref/RM.
+        sp_group: the Ulysses sequence-parallel group (None: no sequence parallelism).
     """
 
-    def __init__(self, model_config: Any, fsdp_config: Any, strategy: str, kind: str, trainable: bool) -> None:
+    def __init__(
+        self, model_config: Any, fsdp_config: Any, strategy: str, kind: str, trainable: bool, sp_group: Any = None
+    ) -> None:
         self.model_config = model_config
         self.fsdp_config = fsdp_config
         self.strategy = strategy or "fsdp2"
         self.kind = kind
         self.trainable = trainable
+        self.sp_group = sp_group  # Ulysses SP group: attention runs as ulysses_sdpa (hybridrl.utils.ulysses)
 
 
 def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any]:
@@ -72,12 +76,18 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     model_config = spec.model_config
     engine.import_external_libs(model_config.get("external_lib"))
     dtype = engine.resolve_model_dtype(spec.fsdp_config, trainable=spec.trainable, device_name=device_name)
+    attn_implementation = None
+    if spec.sp_group is not None:
+        from hybridrl.utils import ulysses
+
+        attn_implementation = ulysses.register_ulysses_attention()
     module, hf_config = engine.load_hf_model(
         model_config.path,
         kind=spec.kind,
         torch_dtype=dtype,
         override_config=dict(model_config.get("override_config") or {}),
         trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+        attn_implementation=attn_implementation,
     )
     if spec.trainable and model_config.get("enable_gradient_checkpointing", False):
         engine.enable_gradient_checkpointing(module)
@@ -88,6 +98,10 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     # verl: frozen FSDP1 models (ref, RM) keep their params offloaded to CPU between uses on GPU
     param_offload = (not spec.trainable) and spec.strategy == "fsdp" and device_name == "cuda"
     wrapped = engine.apply_fsdp(module, spec.fsdp_config, strategy=spec.strategy, param_offload=param_offload)
+    if spec.sp_group is not None:
+        from hybridrl.utils import ulysses
+
+        ulysses.mark_sequence_parallel(wrapped, spec.sp_group)
     return wrapped, hf_config
 
 

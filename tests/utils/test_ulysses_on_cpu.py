@@ -107,15 +107,80 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, port: int, model_dir: str, queue) -> None:
+def _worker_checks(rank: int, model_dir: str) -> dict:
+    """ActorRolloutRefWorker: log-probs, one update and the log-probs after it (any world size)."""
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    world = dist.get_world_size()
+    extra = [f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={world}"] if world > 1 else []
+    worker = ActorRolloutRefWorker(_sp_config(model_dir, *extra).actor_rollout_ref, role="actor_rollout")
+    worker.init_model()
+    data = _worker_batch().chunk(world)[rank]
+    before = worker.compute_log_prob(data).batch["old_log_probs"]
+    data.batch["old_log_probs"] = before
+    metrics = worker.update_actor(data).meta_info["metrics"]
+    after = worker.compute_log_prob(_worker_batch().chunk(world)[rank]).batch["old_log_probs"]
+    return {"before": before, "after": after, "pg_loss": metrics["actor/pg_loss"], "sp": worker.ulysses.sp_size}
+
+
+def _sp_config(model_dir: str, *extra: str):
+    from hybridrl.utils.config.loading import compose_config
+
+    return compose_config(
+        "ppo_trainer",
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "actor_rollout_ref.model.use_remove_padding=True",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+            "actor_rollout_ref.rollout.name=hf",
+            "actor_rollout_ref.rollout.dtype=float32",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+            "data.train_batch_size=4",
+            *extra,
+        ],
+    )
+
+
+def _worker_batch():
+    from hybridrl.protocol import DataProto
+    from hybridrl.utils.torch_functional import compute_position_id_with_mask
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 500, (4, 11), generator=gen)
+    mask = torch.ones_like(ids)
+    for row in range(4):
+        mask[row, : row % 3] = 0
+        mask[row, 11 - (row % 2) :] = 0
+    tensors = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": compute_position_id_with_mask(mask),
+        "responses": ids[:, 6:],
+        "response_mask": mask[:, 6:],
+        "advantages": torch.randn(4, 5, generator=gen) * mask[:, 6:],
+        "old_log_probs": torch.zeros(4, 5),
+    }
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+_CHECKS = {"model": _sp_checks, "worker": _worker_checks}
+
+
+def _entry(rank: int, world: int, port: int, check: str, model_dir: str, queue) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    os.environ.update(LOCAL_RANK=str(rank), HYBRIDRL_DEVICE="cpu")
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo")
         buffer = io.BytesIO()
-        torch.save(_sp_checks(rank, model_dir), buffer)
+        torch.save(_CHECKS[check](rank, model_dir), buffer)
         queue.put((rank, "ok", buffer.getvalue()))
     except BaseException:
         queue.put((rank, "error", traceback.format_exc()))
@@ -124,16 +189,15 @@ def _entry(rank: int, port: int, model_dir: str, queue) -> None:
             dist.destroy_process_group()
 
 
-@pytest.mark.slow
-def test_sp2_equals_sp1_log_probs_and_gradients(tiny_model_dir):
+def _run(check: str, world: int, model_dir: str) -> list[dict]:
     ctx = multiprocessing.get_context("spawn")
     queue, port = ctx.Queue(), _free_port()
-    procs = [ctx.Process(target=_entry, args=(r, port, tiny_model_dir, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_entry, args=(r, world, port, check, model_dir, queue)) for r in range(world)]
     for p in procs:
         p.start()
     results = {}
     try:
-        for _ in range(2):
+        for _ in range(world):
             rank, status, payload = queue.get(timeout=300)
             assert status == "ok", f"rank {rank} failed:\n{payload}"
             results[rank] = torch.load(io.BytesIO(payload), weights_only=False)
@@ -142,10 +206,39 @@ def test_sp2_equals_sp1_log_probs_and_gradients(tiny_model_dir):
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    for rank in (0, 1):
-        out = results[rank]
-        mask = out["plain_lp"] != 0
+    return [results[r] for r in range(world)]
+
+
+@pytest.mark.slow
+def test_sp2_equals_sp1_log_probs_and_gradients(tiny_model_dir):
+    for out in _run("model", 2, tiny_model_dir):
         torch.testing.assert_close(out["sp_lp"], out["plain_lp"], rtol=1e-5, atol=1e-5)
-        assert mask.any()
+        assert (out["plain_lp"] != 0).any()
         for name, grad in out["plain_grads"].items():
             torch.testing.assert_close(out["sp_grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_worker_sp2_matches_single_rank(tiny_model_dir):
+    """2 ranks in one SP group (dp=1) train exactly like 1 rank without SP on the same batch."""
+    (single,) = _run("worker", 1, tiny_model_dir)
+    sp = _run("worker", 2, tiny_model_dir)
+    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    for key in ("before", "after"):
+        torch.testing.assert_close(torch.cat([r[key] for r in sp]), single[key], rtol=1e-5, atol=1e-5)
+    assert (single["after"] - single["before"]).abs().max() > 1e-4  # the update moved the policy
+    torch.testing.assert_close(torch.tensor(sp[0]["pg_loss"]), torch.tensor(single["pg_loss"]), rtol=1e-5, atol=1e-6)
+
+
+def test_worker_refuses_sp_without_remove_padding(tiny_model_dir, monkeypatch):
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    config = _sp_config(
+        tiny_model_dir,
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    )
+    worker = object.__new__(ActorRolloutRefWorker)  # only the SP check, no process group needed
+    worker.config, worker._is_actor, worker._is_ref = config.actor_rollout_ref, True, False
+    with pytest.raises(ValueError, match="use_remove_padding=True"):
+        worker._build_sp_group()

@@ -43,7 +43,7 @@ def _equals(*bad: Any) -> Callable[[Any], bool]:
     return lambda value: value in bad
 
 
-_SP = "Ulysses sequence parallelism is not supported yet; set it to 1."
+_SP = "Ulysses sequence parallelism is implemented for the actor and ref only so far; set it to 1."
 _LORA = "SFT LoRA lands with the SFT trainer (hybridrl.workers.engine.lora.apply_lora); set it to 0 until then."
 _SHM = "loading through /dev/shm is not implemented; files are read directly."
 
@@ -51,8 +51,6 @@ _SHM = "loading through /dev/shm is not implemented; files are read directly."
 UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
     "ppo_trainer": (
         Unsupported("critic.model.lora_rank", _above(0), "error", "critic LoRA is not supported yet (actor LoRA is); set it to 0."),
-        Unsupported("actor_rollout_ref.actor.ulysses_sequence_parallel_size", _above(1), "error", _SP),
-        Unsupported("actor_rollout_ref.ref.ulysses_sequence_parallel_size", _above(1), "error", _SP),
         Unsupported("critic.ulysses_sequence_parallel_size", _above(1), "error", _SP),
         Unsupported("reward_model.ulysses_sequence_parallel_size", _above(1), "error", _SP),
         Unsupported("actor_rollout_ref.rollout.multi_turn.enable", _is_true, "error", "multi-turn/tool rollouts are not supported yet; set it to False."),

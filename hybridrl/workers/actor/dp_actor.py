@@ -69,7 +69,9 @@ def maybe_compile(fn: Callable[..., torch.Tensor], enabled: bool, device_name: s
         except Exception as error:  # noqa: BLE001  (compiler/toolchain errors of any kind)
             if state["fn"] is fn:
                 raise
-            warnings.warn(f"use_torch_compile: compiling {fn.__name__} failed ({error!r}); running it eagerly.")
+            warnings.warn(
+                f"use_torch_compile: compiling {fn.__name__} failed ({error!r}); running it eagerly.", stacklevel=2
+            )
             state["fn"] = fn
             return fn(*args, **kwargs)
 
@@ -247,7 +249,7 @@ class DataParallelPPOActor(BasePPOActor):
                     mini_batch,
                     config.get("ppo_micro_batch_size_per_gpu"),
                     bool(config.get("use_dynamic_bsz", False)),
-                    config.get("ppo_max_token_len_per_gpu"),
+                    _sp_token_budget(config),
                 )
                 self.actor_optimizer.zero_grad()
                 for micro_batch in micro_batches:
@@ -265,6 +267,13 @@ class DataParallelPPOActor(BasePPOActor):
         if self.config.get("use_dynamic_bsz", False):
             return micro_batch.batch_size[0] / mini_batch_size
         return 1.0 / (mini_batch_size // self.config.ppo_micro_batch_size_per_gpu)
+
+
+def _sp_token_budget(config: Any) -> Any:
+    """``ppo_max_token_len_per_gpu × ulysses_sequence_parallel_size`` (an SP group shares the tokens, as verl)."""
+    budget = config.get("ppo_max_token_len_per_gpu")
+    sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
+    return budget * sp_size if isinstance(budget, int) else budget
 
 
 def _call_policy_loss(

@@ -186,7 +186,9 @@ def merge_lora_tensors(
             del pending[path]
             yield base_name(path) + ".weight", _merge_one(path, slot, scalings)
     if pending:
-        raise ValueError(f"incomplete LoRA layers in the state dict (need base_layer, lora_A, lora_B): {sorted(pending)[:4]}")
+        raise ValueError(
+            f"incomplete LoRA layers in the state dict (need base_layer, lora_A, lora_B): {sorted(pending)[:4]}"
+        )
 
 
 def _merge_one(path: str, slot: Mapping[str, torch.Tensor], scalings: Mapping[str, float] | float) -> torch.Tensor:
@@ -199,7 +201,9 @@ def _merge_one(path: str, slot: Mapping[str, torch.Tensor], scalings: Mapping[st
     return (weight.float() + float(scaling) * delta.to(weight.device)).to(weight.dtype)
 
 
-def merged_state_dict(state_dict: Mapping[str, torch.Tensor], scalings: Mapping[str, float] | float) -> dict[str, torch.Tensor]:
+def merged_state_dict(
+    state_dict: Mapping[str, torch.Tensor], scalings: Mapping[str, float] | float
+) -> dict[str, torch.Tensor]:
     """:func:`merge_lora_tensors` over a whole dict (model merger)."""
     return dict(merge_lora_tensors(state_dict.items(), scalings))
 

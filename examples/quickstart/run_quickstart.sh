@@ -40,7 +40,7 @@ DATA="$CACHE/data/arithmetic_2digit_add"
 METRICS="$OUT/$EXPERIMENT.jsonl"
 rm -f "$METRICS"
 export VERL_FILE_LOGGER_PATH="$METRICS" TENSORBOARD_DIR="$OUT/tensorboard/$EXPERIMENT"
-PER_WORKER=$(( BATCH * N / WORKERS ))
+MICRO="${MICRO:-16}"                      # samples per forward/backward micro-batch (memory: ~1 GB each)
 echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR seed=$SEED"
 
 "$PYTHON" -m hybridrl.trainer.main_ppo \
@@ -49,7 +49,6 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     data.train_files="$DATA/train.parquet" \
     data.val_files="$DATA/test.parquet" \
     data.train_batch_size="$BATCH" \
-    data.val_batch_size=128 \
     data.max_prompt_length=64 \
     data.max_response_length="$RESPONSE_LENGTH" \
     data.dataloader_num_workers=0 \
@@ -59,7 +58,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
     actor_rollout_ref.actor.optim.lr="$LR" \
     actor_rollout_ref.actor.ppo_mini_batch_size="$BATCH" \
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$PER_WORKER" \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO" \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.rollout.name=hf \
@@ -67,7 +66,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     actor_rollout_ref.rollout.n="$N" \
     actor_rollout_ref.rollout.temperature=1.0 \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$PER_WORKER" \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO" \
     +actor_rollout_ref.rollout.seed="$SEED" \
     trainer.device=cpu \
     trainer.n_gpus_per_node="$WORKERS" \

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -25,6 +26,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "prep
 def load_prepare_model():
     spec = importlib.util.spec_from_file_location("qs_prepare_model", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -1,0 +1,48 @@
+"""SFT loss: cross-entropy on response tokens, normalised by the target tokens of the GLOBAL batch.
+
+Notation:
+    B: micro-batch size, T: sequence length (``data.max_length``), V: vocabulary size,
+    W: data-parallel world size, N: target tokens in the global batch (every rank, every micro batch).
+
+A rank's micro batch m contributes ``S_m = Σ_t mask_t · CE(logits_t, input_ids_{t+1})``. The step loss is
+
+    L = (1 / N) · Σ_{ranks} Σ_m S_m                                     (a token mean over the global batch)
+
+Each rank back-propagates ``W · S_m / N``: FSDP averages gradients over the W ranks, so the update is
+exactly ∇L whatever the micro-batch split or the number of ranks (grad accumulation ≡ a bigger batch).
+
+Deviation from verl 0.5 (``FSDPSFTTrainer._compute_loss_and_backward``): verl normalises each micro
+batch by its own token count and averages micro batches and ranks (a mean of means, which weights a
+sample by 1/tokens-in-its-micro-batch); ``data.balance_dp_token=True`` only fixes the rank part.
+hybridrl always uses the global token mean (what verl's later SFT engine does).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def masked_token_loss_sum(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Sum of next-token cross-entropies where the loss mask is set.
+
+    Args:
+        logits: ``[B, T, V]`` model outputs; position t predicts token t + 1.
+        input_ids: ``[B, T]``.
+        loss_mask: ``[B, T]``, 1 at position t when token t + 1 is a target (SFTDataset's convention).
+
+    Returns:
+        A scalar: ``Σ_{b, t < T-1} loss_mask[b, t] · CE(logits[b, t], input_ids[b, t + 1])``.
+    """
+    shift_logits = logits[:, :-1, :].float()  # [B, T-1, V]
+    labels = input_ids[:, 1:]  # [B, T-1]
+    mask = loss_mask[:, :-1].to(shift_logits.dtype)  # [B, T-1]
+    token_loss = F.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]), labels.reshape(-1), reduction="none"
+    )  # [B·(T-1)]
+    return (token_loss * mask.reshape(-1)).sum()
+
+
+def num_target_tokens(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Target tokens counted by :func:`masked_token_loss_sum`: ``loss_mask[:, :-1].sum()`` (a scalar)."""
+    return loss_mask[:, :-1].sum()

@@ -51,6 +51,7 @@ class DPOActorRolloutRefWorker(ActorRolloutRefWorker):
         data.meta_info.setdefault("temperature", self.config.rollout.get("temperature", 1.0))
         num_pairs_per_rank = float(data.meta_info["dpo_num_pairs"]) / self.world_size
         with self._actor_on_device(with_optimizer=True):
+            assert isinstance(self.actor, DataParallelDPOActor)  # set by _build_actor
             metrics: dict[str, Any] = self.actor.update_policy_dpo(data, num_pairs_per_rank)
             metrics.update(memory_metrics())
             metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]

@@ -50,7 +50,9 @@ class RayDAPOTrainer(RayPPOTrainer):
             metrics["train/num_gen_batches"] = 1
             return super()._rollout(batch, metrics, timing_raw)
         start = time.perf_counter()
-        step = self.sampler.add(super()._rollout(batch, metrics, timing_raw))
+        scored = super()._rollout(batch, metrics, timing_raw)
+        assert scored is not None, "the PPO rollout stage always returns a batch"
+        step = self.sampler.add(scored)
         if step is None:
             self._carry(metrics, timing_raw, elapsed=time.perf_counter() - start)
             print(
@@ -62,6 +64,7 @@ class RayDAPOTrainer(RayPPOTrainer):
         self._restore_carried(metrics, timing_raw)
         metrics["train/num_gen_batches"] = step.num_gen_batches
         batch = step.batch
+        assert batch.batch is not None, "a scored batch has tensors"
         if self.config.trainer.balance_batch:  # the kept rows come from several batches: balance them again
             self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()

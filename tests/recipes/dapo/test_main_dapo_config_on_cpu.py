@@ -36,3 +36,18 @@ def test_dapo_problems_name_the_key_and_the_fix():
 def test_unknown_override_names_the_closest_key():
     with pytest.raises(ConfigError, match="algorithm.filter_groups.metric"):
         compose_recipe_config(DAPO_CONFIG_DIR, "dapo_trainer", ["algorithm.filter_groups.metrc=acc"])
+
+
+@pytest.mark.slow  # spawns the CLI (it stops before Ray starts)
+def test_main_dapo_cli_reports_every_problem_and_exits_1(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "hybridrl.recipes.dapo.main_dapo", "algorithm.filter_groups.metric=null",
+         f"data.train_files={tmp_path}/missing.parquet", "trainer.device=cpu"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "algorithm.filter_groups.metric" in proc.stderr and "data.train_files" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -68,7 +68,7 @@ def forward_response(
             output = module(
                 input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
             )
-            per_token = token_fn(output.logits, next_tokens)
+            per_token = list(token_fn(output.logits, next_tokens))
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
     output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     logits = output.logits[:, -response_length - 1 : -1]  # [B, R, H]

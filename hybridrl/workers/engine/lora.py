@@ -78,8 +78,9 @@ def apply_lora(module: nn.Module, model_config: Any) -> nn.Module:
     rank = int(model_config.get("lora_rank", 0) or 0)
     if rank <= 0:
         raise ValueError(f"apply_lora: model.lora_rank must be > 0, got {rank}.")
-    if model_config.get("enable_gradient_checkpointing", False) and hasattr(module, "enable_input_require_grads"):
-        module.enable_input_require_grads()  # verl: frozen embeddings + checkpointing need grads on inputs
+    enable_input_grads = getattr(module, "enable_input_require_grads", None)
+    if model_config.get("enable_gradient_checkpointing", False) and callable(enable_input_grads):
+        enable_input_grads()  # verl: frozen embeddings + checkpointing need grads on inputs
     exclude = model_config.get("exclude_modules")
     lora_config = LoraConfig(
         task_type=TaskType.CAUSAL_LM,

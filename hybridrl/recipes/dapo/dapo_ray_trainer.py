@@ -10,7 +10,8 @@ Only ``_rollout`` is overridden; every other stage, validation and checkpointing
 Generation batches hold ``data.gen_batch_size`` prompts (the dataloader's batch size); a step trains on
 ``data.train_batch_size`` prompts × ``rollout.n`` responses. The time and metrics of the generation batches
 that did not complete a step are carried into the step that does (``timing_s/gen`` is their sum).
-Metric: ``train/num_gen_batches`` (verl's name), the generation batches this step consumed.
+Metrics: ``train/num_gen_batches`` (verl's name), the generation batches this step consumed;
+``timing_s/filter_groups``, the time spent filtering.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class RayDAPOTrainer(RayPPOTrainer):
         start = time.perf_counter()
         scored = super()._rollout(batch, metrics, timing_raw)
         assert scored is not None, "the PPO rollout stage always returns a batch"
-        step = self.sampler.add(scored)
+        with self._timed("filter_groups", timing_raw):  # a budget error then names this stage
+            step = self.sampler.add(scored)
         if step is None:
             self._carry(metrics, timing_raw, elapsed=time.perf_counter() - start)
             print(

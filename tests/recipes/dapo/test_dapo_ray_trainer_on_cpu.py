@@ -62,7 +62,7 @@ def test_fit_trains_only_on_varying_groups_and_counts_generation_batches(
         assert sum(odd) >= 2 and sum(odd[:-1]) < 2, odd
         assert step.meta_info["global_token_num"] == step.batch["attention_mask"].sum(-1).tolist()
         start += used
-    assert all("timing_s/gen" in m and m["timing_s/step"] >= m["timing_s/gen"] for m in steps)
+    assert all("timing_s/filter_groups" in m and m["timing_s/step"] >= m["timing_s/gen"] for m in steps)
 
 
 def test_fit_raises_when_max_num_gen_batches_cannot_fill_a_step(tiny_model_dir, recipe_data_dir, tmp_path):
@@ -74,4 +74,5 @@ def test_fit_raises_when_max_num_gen_batches_cannot_fill_a_step(tiny_model_dir, 
                                         r"data.train_batch_size=4") as error:
         trainer.fit()
     assert "raise algorithm.filter_groups.max_num_gen_batches (0 = no limit)" in str(error.value)
+    assert "training step 1 failed in stage 'filter_groups'" in str(error.value)
     assert trainer.actor_rollout_wg.updates == []

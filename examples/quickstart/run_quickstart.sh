@@ -32,7 +32,7 @@ EXPERIMENT="${EXPERIMENT:-smollm2_grpo_seed${SEED}}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_AUTH_MODE=disabled RAY_DEDUP_LOGS=0
 export OMP_NUM_THREADS="$THREADS"         # Ray workers inherit it (Ray's own default is 1 thread per actor)
 mkdir -p "$OUT"
-START=$(date +%s)
+START="${QUICKSTART_START:-$(date +%s)}"   # scripts/quickstart.sh passes its own start (set-up included)
 
 MODEL="$("$PYTHON" "$HERE/prepare_model.py" --cache_dir "$CACHE" | tail -n 1)"
 DATA="$CACHE/data/arithmetic_2digit_add"
@@ -54,7 +54,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     data.dataloader_num_workers=0 \
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$MODEL" \
-    actor_rollout_ref.model.use_remove_padding=True \
+    actor_rollout_ref.model.use_remove_padding=False \
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
     actor_rollout_ref.actor.optim.lr="$LR" \
     actor_rollout_ref.actor.ppo_mini_batch_size="$BATCH" \

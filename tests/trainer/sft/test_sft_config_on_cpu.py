@@ -1,0 +1,43 @@
+"""Config checks of the SFT trainer: every problem at once, with the dotted key and the fix."""
+
+import pytest
+
+from hybridrl.trainer.sft.config import plan_batches, scheduler_config, validate_sft_config
+from hybridrl.utils.config import ConfigError, compose_config
+
+
+def _config(*overrides):
+    return compose_config("sft_trainer", list(overrides))
+
+
+def test_defaults_are_valid_and_multiturn_is_supported():
+    validate_sft_config(_config())
+    validate_sft_config(_config("data.multiturn.enable=True"))
+
+
+def test_unsupported_keys_error_clearly_and_together():
+    with pytest.raises(ConfigError) as info:
+        validate_sft_config(_config("model.lora_rank=8", "ulysses_sequence_parallel_size=2", "optim.lr_scheduler=wsd",
+                                    "trainer.resume_mode=resume_path"))
+    keys = {p.key for p in info.value.problems}
+    assert keys == {"model.lora_rank", "ulysses_sequence_parallel_size", "optim.lr_scheduler",
+                    "trainer.resume_from_path"}
+    assert "model.lora_rank: 8 is not supported yet" in str(info.value)
+
+
+def test_batch_plan_and_divisibility_errors():
+    plan = plan_batches(_config("data.train_batch_size=32", "data.micro_batch_size_per_gpu=4"), world_size=2)
+    # 32 global / 2 ranks = 16 per rank = 4 micro batches of 4
+    assert (plan.per_rank_batch, plan.micro_batch, plan.grad_accum) == (16, 4, 4)
+    with pytest.raises(ConfigError, match="data.train_batch_size"):
+        plan_batches(_config("data.train_batch_size=33"), world_size=2)
+    with pytest.raises(ConfigError, match="data.micro_batch_size_per_gpu"):
+        plan_batches(_config("data.train_batch_size=32", "data.micro_batch_size_per_gpu=5"), world_size=2)
+    # the deprecated global micro batch size is divided by the world size
+    assert plan_batches(_config("data.train_batch_size=32", "data.micro_batch_size=8"), world_size=2).micro_batch == 4
+
+
+def test_scheduler_config_maps_sft_names_to_the_engine():
+    optim = scheduler_config(_config("optim.warmup_steps_ratio=0.2").optim, total_training_steps=50)
+    assert optim["lr_warmup_steps_ratio"] == 0.2 and optim["warmup_style"] == "cosine"
+    assert optim["total_training_steps"] == 50 and optim["lr_warmup_steps"] == -1

@@ -2,14 +2,90 @@
 
 from __future__ import annotations
 
+import json
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
-from sft_testlib import read_metrics, report, run_sft_cli, sft_overrides, write_addition_pairs
+
+def write_addition_pairs(out_dir: Path, num_train: int = 48, num_val: int = 12, seed: int = 0) -> Path:
+    """``train.parquet`` / ``val.parquet`` with ``question`` → ``answer`` one-digit additions (verl SFT schema)."""
+    rows = [
+        {"question": f"What is {a} + {b}? Answer with just the number.", "answer": str(a + b)}
+        for a in range(10)
+        for b in range(10)
+    ]
+    random.Random(seed).shuffle(rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows[:num_train]), out_dir / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[num_train : num_train + num_val]), out_dir / "val.parquet")
+    return out_dir
+
+
+def sft_overrides(model_dir: str, data_dir: Path, ckpt_dir: Path, **extra: object) -> list[str]:
+    """A short CPU run: global batch 16, micro batch 4 per rank, 6 steps, validation at 3 and 6."""
+    values: dict[str, object] = {
+        "data.train_files": data_dir / "train.parquet",
+        "data.val_files": data_dir / "val.parquet",
+        "data.train_batch_size": 16,
+        "data.micro_batch_size_per_gpu": 4,
+        "data.max_length": 32,
+        "model.partial_pretrain": model_dir,
+        "model.enable_gradient_checkpointing": False,
+        "optim.lr": 1e-3,
+        "trainer.total_training_steps": 6,
+        "trainer.test_freq": 3,
+        "trainer.logger": "[console,file]",
+        "trainer.device": "cpu",
+        "trainer.default_local_dir": ckpt_dir,
+        "trainer.project_name": "sft-test",
+        "trainer.experiment_name": "run",
+    }
+    values.update(extra)
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def run_sft_cli(
+    nproc: int, overrides: list[str], metrics_file: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=N -m hybridrl.trainer.fsdp_sft_trainer ...`` (verl's launch)."""
+    env = {
+        **os.environ,
+        "VERL_FILE_LOGGER_PATH": str(metrics_file),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "hybridrl.trainer.fsdp_sft_trainer",
+        *overrides,
+    ]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        steps.setdefault(int(row["step"]), {}).update(row["data"])
+    return steps
+
+
+def report(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-5000:]}"
+
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +134,22 @@ def test_checkpoint_layout_and_hf_export_hold_the_trained_weights(two_rank_run, 
     assert (step_dir / "huggingface" / "model.safetensors").is_file()
     # merge the rank shards independently of the export; the two must give the same logits
     merged = tmp_path / "merged"
-    subprocess.run([sys.executable, "-m", "hybridrl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                    str(step_dir), "--target_dir", str(merged)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybridrl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(step_dir),
+            "--target_dir",
+            str(merged),
+        ],
+        check=True,
+        capture_output=True,
+    )
     input_ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
     exported = _logits(step_dir / "huggingface", input_ids)
     torch.testing.assert_close(exported, _logits(merged, input_ids), atol=1e-6, rtol=1e-6)
@@ -69,8 +159,11 @@ def test_checkpoint_layout_and_hf_export_hold_the_trained_weights(two_rank_run, 
 def test_one_rank_matches_two_ranks_on_the_same_global_batches(two_rank_run, tiny_model_dir, data_dir, tmp_path):
     out, proc = two_rank_run
     assert proc.returncode == 0, report(proc)
-    one = run_sft_cli(1, sft_overrides(tiny_model_dir, data_dir, tmp_path / "ckpt",
-                                       **{"data.micro_batch_size_per_gpu": 8}), tmp_path / "metrics.jsonl")
+    one = run_sft_cli(
+        1,
+        sft_overrides(tiny_model_dir, data_dir, tmp_path / "ckpt", **{"data.micro_batch_size_per_gpu": 8}),
+        tmp_path / "metrics.jsonl",
+    )
     assert one.returncode == 0, report(one)
     ones, twos = read_metrics(tmp_path / "metrics.jsonl"), read_metrics(out / "metrics.jsonl")
     for step in range(1, 7):  # same sampler permutation, different micro split and sharding: equal losses
@@ -82,9 +175,13 @@ def test_repeated_runs_exit_zero_and_resume_continues(tiny_model_dir, data_dir, 
     """Three more launches (exit 0 each, no abort at exit); the later ones resume from the tracker."""
     ckpt = tmp_path / "ckpt"
     for total in (2, 3, 4):
-        proc = run_sft_cli(2, sft_overrides(tiny_model_dir, data_dir, ckpt, **{"trainer.total_training_steps": total,
-                                                                               "trainer.save_freq": 1}),
-                           tmp_path / f"metrics_{total}.jsonl")
+        proc = run_sft_cli(
+            2,
+            sft_overrides(
+                tiny_model_dir, data_dir, ckpt, **{"trainer.total_training_steps": total, "trainer.save_freq": 1}
+            ),
+            tmp_path / f"metrics_{total}.jsonl",
+        )
         assert proc.returncode == 0, report(proc)
         assert "terminate called" not in proc.stderr
         expected_steps = [1, 2] if total == 2 else [total]  # runs 2 and 3 resume from global_step_{total - 1}
@@ -93,7 +190,11 @@ def test_repeated_runs_exit_zero_and_resume_continues(tiny_model_dir, data_dir, 
 
 
 def test_config_error_exits_one_with_the_key(tiny_model_dir, data_dir, tmp_path):
-    proc = run_sft_cli(1, sft_overrides(tiny_model_dir, data_dir, tmp_path, **{"model.lora_rank": 8}),
-                       tmp_path / "m.jsonl", timeout=120)
+    proc = run_sft_cli(
+        1,
+        sft_overrides(tiny_model_dir, data_dir, tmp_path, **{"model.lora_rank": 8}),
+        tmp_path / "m.jsonl",
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "model.lora_rank" in proc.stderr

@@ -17,11 +17,21 @@ def test_defaults_are_valid_and_multiturn_is_supported():
 
 def test_unsupported_keys_error_clearly_and_together():
     with pytest.raises(ConfigError) as info:
-        validate_sft_config(_config("model.lora_rank=8", "ulysses_sequence_parallel_size=2", "optim.lr_scheduler=wsd",
-                                    "trainer.resume_mode=resume_path"))
+        validate_sft_config(
+            _config(
+                "model.lora_rank=8",
+                "ulysses_sequence_parallel_size=2",
+                "optim.lr_scheduler=wsd",
+                "trainer.resume_mode=resume_path",
+            )
+        )
     keys = {p.key for p in info.value.problems}
-    assert keys == {"model.lora_rank", "ulysses_sequence_parallel_size", "optim.lr_scheduler",
-                    "trainer.resume_from_path"}
+    assert keys == {
+        "model.lora_rank",
+        "ulysses_sequence_parallel_size",
+        "optim.lr_scheduler",
+        "trainer.resume_from_path",
+    }
     assert "model.lora_rank: 8 is not supported yet" in str(info.value)
 
 

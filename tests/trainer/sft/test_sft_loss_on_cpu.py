@@ -19,8 +19,9 @@ def test_masked_token_loss_sum_hand_computed():
     torch.testing.assert_close(total, torch.tensor(math.log(2.0) + math.log(4.0)))
     assert int(num_target_tokens(loss_mask)) == 2
     # masking position 1 leaves log 2 only
-    torch.testing.assert_close(masked_token_loss_sum(logits, input_ids, torch.tensor([[1, 0, 0]])),
-                               torch.tensor(math.log(2.0)))
+    torch.testing.assert_close(
+        masked_token_loss_sum(logits, input_ids, torch.tensor([[1, 0, 0]])), torch.tensor(math.log(2.0))
+    )
 
 
 def test_micro_batches_scaled_by_global_tokens_equal_the_full_batch_gradient():

@@ -22,8 +22,14 @@ def single_rank_group(monkeypatch):
 
     if dist.is_initialized():
         pytest.skip("a process group already exists in this test process")
-    for key, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port()), "HYBRIDRL_DEVICE": "cpu"}.items():
+    for key, value in {
+        "WORLD_SIZE": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "HYBRIDRL_DEVICE": "cpu",
+    }.items():
         monkeypatch.setenv(key, value)
     init_distributed("cpu")
     yield
@@ -34,12 +40,16 @@ def _chat_rows(count: int) -> list[dict]:
     rows = []
     for i in range(count):
         a, b = i % 10, (3 * i) % 10
-        rows.append({"messages": [
-            {"role": "user", "content": f"What is {a} + {b}?"},
-            {"role": "assistant", "content": str(a + b)},
-            {"role": "user", "content": "Double it."},
-            {"role": "assistant", "content": str(2 * (a + b))},
-        ]})
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": f"What is {a} + {b}?"},
+                    {"role": "assistant", "content": str(a + b)},
+                    {"role": "user", "content": "Double it."},
+                    {"role": "assistant", "content": str(2 * (a + b))},
+                ]
+            }
+        )
     return rows
 
 
@@ -51,13 +61,24 @@ def test_multiturn_sft_learns_and_exports_the_trained_model(single_rank_group, t
 
     pq.write_table(pa.Table.from_pylist(_chat_rows(32)), tmp_path / "train.parquet")
     pq.write_table(pa.Table.from_pylist(_chat_rows(8)), tmp_path / "val.parquet")
-    config = compose_config("sft_trainer", [
-        f"data.train_files={tmp_path}/train.parquet", f"data.val_files={tmp_path}/val.parquet",
-        "data.multiturn.enable=True", "data.max_length=48", "data.train_batch_size=8",
-        "data.micro_batch_size_per_gpu=4", f"model.partial_pretrain={tiny_model_dir}", "optim.lr=2e-3",
-        "trainer.total_training_steps=8", "trainer.test_freq=4", "trainer.device=cpu",
-        f"trainer.default_local_dir={tmp_path}/ckpt", "model.enable_gradient_checkpointing=True",
-    ])
+    config = compose_config(
+        "sft_trainer",
+        [
+            f"data.train_files={tmp_path}/train.parquet",
+            f"data.val_files={tmp_path}/val.parquet",
+            "data.multiturn.enable=True",
+            "data.max_length=48",
+            "data.train_batch_size=8",
+            "data.micro_batch_size_per_gpu=4",
+            f"model.partial_pretrain={tiny_model_dir}",
+            "optim.lr=2e-3",
+            "trainer.total_training_steps=8",
+            "trainer.test_freq=4",
+            "trainer.device=cpu",
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+            "model.enable_gradient_checkpointing=True",
+        ],
+    )
     validate_sft_config(config)
     trainer = FSDPSFTTrainer(config, "cpu")
     losses = []

@@ -17,6 +17,7 @@ python -m hybridrl.recipes.spin.main_spin \
   data.response_key=response \
   custom_reward_function.path=null \
   actor_rollout_ref.rollout.n=2 \
+  actor_rollout_ref.actor.ppo_mini_batch_size=8 \
   actor_rollout_ref.actor.optim.lr=1e-3 \
   algorithm.dpo.beta=0.1 \
   trainer.ref_update_freq=4 \

@@ -85,3 +85,15 @@ def test_role_mapping_puts_actor_rollout_and_ref_in_one_dpo_worker():
     assert mapping == {Role.ActorRolloutRef: "global_pool", Role.RewardModel: "reward_pool"}
     with pytest.raises(ValueError, match="critic.enable=False"):
         dpo_role_mapping({Role.ActorRollout: object(), Role.Critic: object()}, {}, DPOActorRolloutRefWorker)
+
+
+def test_lora_reference_cannot_be_refreshed():
+    config = _compose(
+        online_dpo_pkg,
+        "online_dpo_trainer",
+        [
+            "actor_rollout_ref.model.lora_rank=8",
+            "trainer.ref_update_freq=2",
+        ],
+    )
+    assert [p.key for p in dpo_problems(config, min_responses=2)] == ["trainer.ref_update_freq"]

@@ -15,6 +15,7 @@ the global per-pair mean, whatever the padding (weight-0 pairs) on each rank.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,11 +39,13 @@ DPO_UPDATE_KEYS = [
 ]
 
 
+@dataclass(frozen=True)
 class DPOHyperParams:
-    """``algorithm.dpo`` as the actor needs it (read once, at the worker boundary)."""
+    """``algorithm.dpo`` as the actor needs it (read once, at the trainer boundary; travels in ``meta_info``)."""
 
-    def __init__(self, beta: float, loss_type: str, label_smoothing: float) -> None:
-        self.beta, self.loss_type, self.label_smoothing = float(beta), str(loss_type), float(label_smoothing)
+    beta: float
+    loss_type: str
+    label_smoothing: float
 
     def as_meta(self) -> dict[str, Any]:
         return {"dpo_beta": self.beta, "dpo_loss_type": self.loss_type, "dpo_label_smoothing": self.label_smoothing}
@@ -54,7 +57,7 @@ class DPOHyperParams:
             raise KeyError(
                 f"update_actor_dpo: data.meta_info lacks {missing} (the trainer sets them from algorithm.dpo)"
             )
-        return cls(meta["dpo_beta"], meta["dpo_loss_type"], meta["dpo_label_smoothing"])
+        return cls(float(meta["dpo_beta"]), str(meta["dpo_loss_type"]), float(meta["dpo_label_smoothing"]))
 
 
 def dpo_micro_rows(config: Any, sequence_length: int) -> int:

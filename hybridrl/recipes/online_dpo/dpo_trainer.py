@@ -65,7 +65,7 @@ class RayOnlineDPOTrainer(RayPPOTrainer):
         role_worker_mapping = dpo_role_mapping(role_worker_mapping, resource_pool_manager.mapping, self.worker_class)
         super().__init__(config, tokenizer, role_worker_mapping, resource_pool_manager, **kwargs)
         dpo = config.algorithm.dpo
-        self.dpo_hyper = DPOHyperParams(dpo.beta, dpo.loss_type, dpo.label_smoothing)
+        self.dpo_hyper = DPOHyperParams(float(dpo.beta), str(dpo.loss_type), float(dpo.label_smoothing))
 
     # ------------------------------------------------------------------ one step
     def _run_step(self, batch_dict: dict, epoch: int) -> dict[str, float] | None:

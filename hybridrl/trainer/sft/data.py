@@ -26,7 +26,7 @@ def dataset_class(data_config: Any) -> type:
     """``data.custom_cls`` if set, else MultiTurnSFTDataset when ``data.multiturn.enable``, else SFTDataset."""
     custom = data_config.get("custom_cls", None) or {}
     if custom.get("path"):
-        cls = load_extern_type(custom["path"], custom.get("name"), key="data.custom_cls.path")
+        cls = load_extern_type(custom["path"], str(custom.get("name")), key="data.custom_cls.path")
         if not (isinstance(cls, type) and issubclass(cls, Dataset)):
             raise TypeError(
                 f"data.custom_cls.name={custom.get('name')!r} in {custom['path']} must be a torch "
@@ -68,7 +68,9 @@ def build_train_loader(dataset: Dataset, per_rank_batch: int, rank: int, world_s
             f"the training set has {len(dataset)} samples, fewer than one global batch "  # type: ignore[arg-type]
             f"({per_rank_batch * world_size}); lower data.train_batch_size."
         )
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    sampler: DistributedSampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+    )
     return DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler, drop_last=True, num_workers=0)
 
 

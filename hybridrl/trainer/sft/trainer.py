@@ -88,12 +88,12 @@ class FSDPSFTTrainer:
         """Load ``model.partial_pretrain``, optional gradient checkpointing, then shard with ``model.strategy``."""
         model_cfg, fsdp_cfg = self.config.model, self.config.model.fsdp_config
         engine.import_external_libs(model_cfg.get("external_lib"))
-        module, _ = engine.load_hf_model(
+        module, hf_config = engine.load_hf_model(
             model_cfg.partial_pretrain,
             torch_dtype=engine.to_dtype(fsdp_cfg.model_dtype),
             trust_remote_code=bool(model_cfg.trust_remote_code),
         )
-        module.config.use_cache = False
+        hf_config.use_cache = False
         if model_cfg.enable_gradient_checkpointing:
             engine.enable_gradient_checkpointing(module)
         if self.device_name == "cuda":

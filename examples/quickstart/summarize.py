@@ -100,7 +100,7 @@ def plot(curves: RunCurves, png: str | Path, target: float) -> None:
     ax.set_ylabel("accuracy / reward")
     ax.set_ylim(0, 1)
     ax.set_title("GRPO on SmolLM2-135M-Instruct: 2-digit addition (CPU)")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     fig.tight_layout()
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=100)

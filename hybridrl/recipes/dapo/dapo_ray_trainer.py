@@ -45,6 +45,10 @@ class RayDAPOTrainer(RayPPOTrainer):
         self._carried_metrics: dict[str, Any] = {}
         self._carried_timing: dict[str, float] = {}
 
+    def _gen_batch_index(self) -> int:
+        # a fresh sampling stream for every generation batch of a step (hf seeds by step + this index)
+        return self.sampler.num_gen_batches if self.sampler is not None else 0
+
     def _rollout(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
         """generate → reward → filter groups; None until ``data.train_batch_size`` prompts are kept."""
         if self.sampler is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import warnings
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
@@ -71,6 +72,9 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         self.ref_in_actor = config.actor_rollout_ref.model.get("lora_rank", 0) > 0
         use_kl_in_reward = config.algorithm.use_kl_in_reward
         self.kl_ctrl_in_reward = get_kl_controller(config.algorithm.kl_ctrl) if use_kl_in_reward else None
+        if config.algorithm.get("filter_groups", {}).get("enable") and type(self)._rollout is StagesMixin._rollout:
+            warnings.warn("algorithm.filter_groups.enable=True is ignored by main_ppo's trainer; DAPO dynamic "
+                          "sampling runs with: python -m hybridrl.recipes.dapo.main_dapo", stacklevel=2)
         self.global_steps = 0
         self.logger: Tracking | None = None
         self.validation_generations_logger = ValidationGenerationsLogger()

@@ -73,8 +73,13 @@ class StagesMixin:
             do_sample=True,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
             global_steps=self.global_steps,
+            gen_batch_index=self._gen_batch_index(),
         )
         return gen_batch
+
+    def _gen_batch_index(self) -> int:
+        """Which generation batch of the current step this is (0 unless a recipe draws several per step)."""
+        return 0
 
     def _generate(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         """uid per prompt → repeat n (interleaved) → generate → union; ReMax adds a greedy baseline."""

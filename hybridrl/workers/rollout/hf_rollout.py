@@ -38,9 +38,9 @@ def left_pad(rows: list[list[int]], pad_token_id: int, device: torch.device) -> 
     return input_ids.to(device), attention_mask.to(device)
 
 
-def _step_seed(seed: int, step: int, validate: int) -> int:
-    # Distinct streams per (rank seed, step, train/val); the multipliers keep streams of nearby seeds apart.
-    return (seed * 1_000_003 + step * 2 + validate) % (2**63 - 1)
+def _step_seed(seed: int, step: int, validate: int, gen_batch_index: int = 0) -> int:
+    # Distinct streams per (rank seed, step, train/val, generation batch); the multipliers keep streams apart.
+    return (seed * 1_000_003 + step * 2 + validate + gen_batch_index * 7_919_000_003) % (2**63 - 1)
 
 
 class HFRollout(BaseRollout):
@@ -74,7 +74,9 @@ class HFRollout(BaseRollout):
         step = prompts.meta_info.get("global_steps")
         if step is not None:
             validate = 1 if prompts.meta_info.get("validate", False) else 0
-            self.generator.manual_seed(_step_seed(self.seed, int(step), validate))
+            # several generation batches in one step (DAPO dynamic sampling) each get their own stream
+            gen_batch_index = int(prompts.meta_info.get("gen_batch_index", 0))
+            self.generator.manual_seed(_step_seed(self.seed, int(step), validate, gen_batch_index))
         return super().generate_sequences(prompts)
 
     def _micro_batches(self, rows: list[list[int]]) -> list[list[list[int]]]:

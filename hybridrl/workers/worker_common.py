@@ -92,6 +92,11 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     if spec.trainable and model_config.get("enable_gradient_checkpointing", False):
         engine.enable_gradient_checkpointing(module)
     if spec.trainable and spec.kind == "causal_lm" and engine.lora_enabled(model_config):
+        if spec.strategy != "fsdp2":
+            raise ValueError(
+                f"model.lora_rank > 0 needs actor.strategy=fsdp2 (got {spec.strategy!r}): FSDP1 cannot mix frozen "
+                "base weights and trainable adapters in one FlatParameter here; set actor_rollout_ref.actor.strategy=fsdp2."
+            )
         module = engine.apply_lora(module, model_config)  # adapters before FSDP (verl); base weights frozen
     if device_name == "cuda":
         module.to(current_device())

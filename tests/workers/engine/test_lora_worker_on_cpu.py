@@ -212,3 +212,37 @@ def test_two_rank_fsdp2_lora(tiny_model_dir):
     policy = torch.cat([r["policy"] for r in results])
     assert (policy - ref).abs().max() > 1e-4  # the adapters trained
     assert torch.cat([r["responses"] for r in results]).shape == (4, 4)
+
+
+def test_lora_with_checkpointing_and_packing_and_fsdp1_refused(tiny_model_dir):
+    """FSDP2 + gradient checkpointing + use_remove_padding: same LoRA contract; FSDP1 + LoRA: a clear error."""
+    from hybridrl.workers.engine.lora import lora_scalings, merged_state_dict
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    extra = (
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        "actor_rollout_ref.model.use_remove_padding=True",
+    )
+    with single_rank_group():
+        fsdp1 = ActorRolloutRefWorker(
+            lora_config(tiny_model_dir, "actor_rollout_ref.actor.strategy=fsdp").actor_rollout_ref, role="actor"
+        )
+        with pytest.raises(ValueError, match="strategy=fsdp2"):
+            fsdp1.init_model()
+        worker = ActorRolloutRefWorker(lora_config(tiny_model_dir, *extra).actor_rollout_ref, role="actor_rollout")
+        worker.init_model()
+        assert len(lora_scalings(worker.actor_module)) == 2 * 7  # 2 layers × q,k,v,o,gate,up,down
+        before = _named(worker)
+        _update(worker, 1)
+        _update(worker, 2)
+        after = _named(worker)
+        changed = {name for name in before if not torch.equal(before[name], after[name])}
+        assert changed and all(".lora_" in n for n in changed)
+        expected_base = base_log_probs(tiny_model_dir, batch(3))
+        ref = worker.compute_ref_log_prob(batch(3)).batch["ref_log_prob"]
+        mask = batch(3).batch["response_mask"].bool()  # packed vs padded forwards agree on valid tokens only
+        torch.testing.assert_close(ref[mask], expected_base[mask], rtol=1e-5, atol=1e-5)
+        worker.generate_sequences(_prompts())
+        engine_state = worker.rollout.engine.model.state_dict()
+        for name, value in merged_state_dict(after, lora_scalings(worker.actor_module)).items():
+            torch.testing.assert_close(engine_state[name], value, rtol=0, atol=0)

@@ -177,6 +177,19 @@ def test_checkpoint_adapter_resume_and_merge(lora_worker, tiny_model_dir, tmp_pa
     merged_model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     assert not any(".lora_" in name or "base_layer" in name for name in merged_model.state_dict())
     torch.testing.assert_close(base_log_probs(tiny_model_dir, probe, merged_model), saved, rtol=1e-5, atol=1e-5)
+    # checkpoint.save_contents with hf_model: huggingface/ holds the merged weights under base names
+    from omegaconf import OmegaConf
+
+    from hybridrl.workers.engine import FSDPCheckpointManager
+
+    manager = FSDPCheckpointManager(
+        worker.actor_module,
+        processing_class=worker.tokenizer,
+        checkpoint_config=OmegaConf.create({"save_contents": ["model", "hf_model"]}),
+    )
+    manager.save_checkpoint(str(tmp_path / "with_hf"), global_step=3)
+    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "with_hf" / "huggingface"), dtype=torch.float32)
+    torch.testing.assert_close(base_log_probs(tiny_model_dir, probe, exported), saved, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- 2 ranks (FSDP2, gloo)

@@ -167,6 +167,9 @@ def grpo_args(model_dir: Path, data_dir: Path, work_dir: Path, args: argparse.Na
         "actor_rollout_ref.model.path": model_dir,
         "actor_rollout_ref.model.enable_gradient_checkpointing": False,
         "actor_rollout_ref.actor.optim.lr": args.grpo_lr,
+        # Adam's first steps move every weight by ~lr whatever the gradient: a warmup keeps them from
+        # knocking the warm-started policy over (measured: without it one seed lost its first 10 steps)
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": args.grpo_warmup_steps,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 64,
         "actor_rollout_ref.actor.use_kl_loss": False,
@@ -233,8 +236,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train_size", type=int, default=80, help="one-digit additions for training (of 100)")
     parser.add_argument("--sft_steps", type=int, default=150)
     parser.add_argument("--sft_lr", type=float, default=3e-3)
-    parser.add_argument("--grpo_steps", type=int, default=20)
+    parser.add_argument("--grpo_steps", type=int, default=25)
     parser.add_argument("--grpo_lr", type=float, default=6e-4)
+    parser.add_argument("--grpo_warmup_steps", type=int, default=5)
     parser.add_argument("--val_every", type=int, default=0, help="GRPO validation period (0: at the end only)")
     parser.add_argument("--rollout_n", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=1.0, help="GRPO sampling temperature")
@@ -270,7 +274,7 @@ def run_pipeline(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     summary = run_pipeline(parse_args(argv))
     print(
-        f"validation accuracy (greedy, held-out): before GRPO {summary['val_accuracy_before_grpo']:.3f} "
+        f"validation accuracy (policy samples at T=1 on the GRPO problems): before GRPO {summary['val_accuracy_before_grpo']:.3f} "
         f"→ after GRPO {summary['val_accuracy_after_grpo']:.3f}"
     )
     print(json.dumps(summary, indent=2))

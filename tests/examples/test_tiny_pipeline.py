@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tiny_pipeline" / "tiny_pipeline.py"
-# Smallest improvement asserted; measured gains with these settings are listed in the report / README.
-MIN_GAIN = 0.05
+# Measured with the defaults (examples/tiny_pipeline/README.md): seed 1 0.230 -> 0.438 (+0.21), seed 2
+# 0.297 -> 0.398 (+0.10); the validation estimate has a std of ~0.03 (256 answers). Seed 1 must gain 0.1.
+MIN_GAIN = 0.1
 
 
 def _load_pipeline():
@@ -41,6 +42,7 @@ def test_sft_warm_start_then_grpo_improves_validation_accuracy(tmp_path):
     pipeline = _load_pipeline()
     summary = pipeline.run_pipeline(pipeline.parse_args(["--work_dir", str(tmp_path), "--seed", "1"]))
     before, after = summary["val_accuracy_before_grpo"], summary["val_accuracy_after_grpo"]
+    print(json.dumps(summary, indent=2))
     assert 0.15 <= before <= 0.7, f"the SFT warm start should leave partial accuracy: {summary}"
     assert after >= before + MIN_GAIN, json.dumps(summary, indent=2)
     assert (tmp_path / "summary.json").is_file()

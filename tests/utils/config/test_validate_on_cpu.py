@@ -75,10 +75,10 @@ CASES = [
         "actor_rollout_ref.rollout.val_kwargs.do_sample",
         "temperature",
     ),
-    (["actor_rollout_ref.model.lora_rank=8"], "actor_rollout_ref.model.lora_rank", "not supported yet"),
+    (["critic.model.lora_rank=8"], "critic.model.lora_rank", "not supported yet"),
     (
-        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        ["critic.ulysses_sequence_parallel_size=2"],
+        "critic.ulysses_sequence_parallel_size",
         "not supported yet",
     ),
     (
@@ -107,7 +107,7 @@ def test_all_problems_are_reported_at_once(cpu_overrides):
     extra = [
         "data.train_batch_size=15",
         "actor_rollout_ref.rollout.n=1",
-        "actor_rollout_ref.model.lora_rank=8",
+        "critic.model.lora_rank=8",
         "trainer.device=npu",
         "algorithm.adv_estimator=grop",
     ]
@@ -116,7 +116,7 @@ def test_all_problems_are_reported_at_once(cpu_overrides):
     keys = _keys(info.value.problems)
     for key in (
         "data.train_batch_size",
-        "actor_rollout_ref.model.lora_rank",
+        "critic.model.lora_rank",
         "trainer.device",
         "algorithm.adv_estimator",
     ):

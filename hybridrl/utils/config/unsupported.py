@@ -72,7 +72,6 @@ UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
     "sft_trainer": (
         Unsupported("model.lora_rank", _above(0), "error", _LORA),
         Unsupported("ulysses_sequence_parallel_size", _above(1), "error", _SP),
-        Unsupported("data.multiturn.enable", _is_true, "error", "multi-turn SFT data is not supported yet; set it to False."),
         Unsupported("model.use_liger", _is_true, "warn", "Liger kernels are not implemented; plain PyTorch is used."),
         Unsupported("data.use_shm", _is_true, "warn", _SHM),
         Unsupported("model.use_shm", _is_true, "warn", _SHM),

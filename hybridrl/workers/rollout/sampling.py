@@ -144,7 +144,7 @@ def _apply_val_kwargs(params: SamplingParams, val_kwargs: Any, meta: Mapping[str
         top_k=int(_get(val_kwargs, "top_k", params.top_k)),
         top_p=float(_get(val_kwargs, "top_p", params.top_p)),
         do_sample=bool(_get(val_kwargs, "do_sample", params.do_sample)),
-        n=int(meta.get("n", _get(val_kwargs, "n", 1))),
+        n=int(meta.get("n", 1)),  # the trainer repeats rows val_kwargs.n times itself, as verl 0.5 does
     )
 
 

@@ -38,7 +38,8 @@ def test_do_sample_false_is_greedy():
 def test_validate_uses_val_kwargs():
     cfg = {"val_kwargs": {"top_k": 3, "top_p": 0.5, "temperature": 0.3, "n": 2, "do_sample": True}}
     params = _resolve({"validate": True}, **cfg)
-    assert (params.temperature, params.top_k, params.top_p, params.n, params.greedy) == (0.3, 3, 0.5, 2, False)
+    # n stays 1: the trainer already repeated each validation prompt val_kwargs.n times (verl 0.5)
+    assert (params.temperature, params.top_k, params.top_p, params.n, params.greedy) == (0.3, 3, 0.5, 1, False)
 
 
 def test_invalid_sampling_params_raise():

@@ -57,6 +57,7 @@ from hybridrl.trainer.ppo.kl_control import (
     kl_penalty_forward,
 )
 from hybridrl.trainer.ppo.loss_aggregation import LOSS_AGG_MODES, agg_loss
+from hybridrl.trainer.ppo.dpo_losses import DPO_LOSS_REGISTRY, compute_dpo_loss, get_dpo_loss_fn
 from hybridrl.trainer.ppo.policy_loss_registry import (
     compute_policy_loss,
     compute_policy_loss_cispo,
@@ -80,6 +81,9 @@ from hybridrl.trainer.ppo.registry import (
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
+    "DPO_LOSS_REGISTRY",
+    "compute_dpo_loss",
+    "get_dpo_loss_fn",
     "ADV_ESTIMATOR_REGISTRY",
     "LOSS_AGG_MODES",
     "POLICY_LOSS_REGISTRY",

@@ -49,6 +49,7 @@ import torch
 
 from hybridrl.trainer.ppo import advantage_estimators as adv
 from hybridrl.trainer.ppo.advantage_estimators import GroupIndex, compute_gae_advantage_return
+from hybridrl.trainer.ppo.dpo_losses import DPO_LOSS_REGISTRY, compute_dpo_loss, get_dpo_loss_fn
 from hybridrl.trainer.ppo.kl_control import (
     AdaptiveKLController,
     FixedKLController,
@@ -57,7 +58,6 @@ from hybridrl.trainer.ppo.kl_control import (
     kl_penalty_forward,
 )
 from hybridrl.trainer.ppo.loss_aggregation import LOSS_AGG_MODES, agg_loss
-from hybridrl.trainer.ppo.dpo_losses import DPO_LOSS_REGISTRY, compute_dpo_loss, get_dpo_loss_fn
 from hybridrl.trainer.ppo.policy_loss_registry import (
     compute_policy_loss,
     compute_policy_loss_cispo,

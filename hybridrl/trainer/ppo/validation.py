@@ -16,7 +16,6 @@ import numpy as np
 
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.trainer.ppo.metric_utils import process_validation_metrics
-from hybridrl.trainer.ppo.reward import compute_reward
 
 
 class ValidationMixin:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from omegaconf import open_dict
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer, Role

@@ -28,6 +28,7 @@ from hybridrl.trainer.sft.data import build_dataset, build_train_loader, build_v
 from hybridrl.trainer.sft.loss import masked_token_loss_sum, num_target_tokens
 from hybridrl.utils.device import current_device
 from hybridrl.workers import engine
+from hybridrl.workers.engine.lora import apply_lora, lora_enabled
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
 
@@ -96,6 +97,8 @@ class FSDPSFTTrainer:
         hf_config.use_cache = False
         if model_cfg.enable_gradient_checkpointing:
             engine.enable_gradient_checkpointing(module)
+        if lora_enabled(model_cfg):  # peft before FSDP: only the adapters train (model.lora_rank/alpha/target_modules)
+            module = apply_lora(module, model_cfg)
         if self.device_name == "cuda":
             module.to(self.device)
         wrap_cfg = {"wrap_policy": {"min_num_params": int(fsdp_cfg.wrap_policy.min_num_params)}, "fsdp_size": -1}

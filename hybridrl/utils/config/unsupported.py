@@ -44,7 +44,6 @@ def _equals(*bad: Any) -> Callable[[Any], bool]:
 
 
 _SP = "Ulysses sequence parallelism is implemented for the actor and ref only so far; set it to 1."
-_LORA = "SFT LoRA lands with the SFT trainer (hybridrl.workers.engine.lora.apply_lora); set it to 0 until then."
 _SHM = "loading through /dev/shm is not implemented; files are read directly."
 
 # fmt: off
@@ -70,7 +69,6 @@ UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
         Unsupported("trainer.default_hdfs_dir", _is_set, "warn", "HDFS is not available; checkpoints stay in trainer.default_local_dir."),
     ),
     "sft_trainer": (
-        Unsupported("model.lora_rank", _above(0), "error", _LORA),
         Unsupported("ulysses_sequence_parallel_size", _above(1), "error", _SP),
         Unsupported("model.use_liger", _is_true, "warn", "Liger kernels are not implemented; plain PyTorch is used."),
         Unsupported("data.use_shm", _is_true, "warn", _SHM),

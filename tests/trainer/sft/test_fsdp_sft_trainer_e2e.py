@@ -192,9 +192,9 @@ def test_repeated_runs_exit_zero_and_resume_continues(tiny_model_dir, data_dir, 
 def test_config_error_exits_one_with_the_key(tiny_model_dir, data_dir, tmp_path):
     proc = run_sft_cli(
         1,
-        sft_overrides(tiny_model_dir, data_dir, tmp_path, **{"model.lora_rank": 8}),
+        sft_overrides(tiny_model_dir, data_dir, tmp_path, **{"ulysses_sequence_parallel_size": 2}),
         tmp_path / "m.jsonl",
         timeout=120,
     )
     assert proc.returncode != 0
-    assert "model.lora_rank" in proc.stderr
+    assert "ulysses_sequence_parallel_size" in proc.stderr

@@ -19,7 +19,6 @@ def test_unsupported_keys_error_clearly_and_together():
     with pytest.raises(ConfigError) as info:
         validate_sft_config(
             _config(
-                "model.lora_rank=8",
                 "ulysses_sequence_parallel_size=2",
                 "optim.lr_scheduler=wsd",
                 "trainer.resume_mode=resume_path",
@@ -27,12 +26,11 @@ def test_unsupported_keys_error_clearly_and_together():
         )
     keys = {p.key for p in info.value.problems}
     assert keys == {
-        "model.lora_rank",
         "ulysses_sequence_parallel_size",
         "optim.lr_scheduler",
         "trainer.resume_from_path",
     }
-    assert "model.lora_rank: 8 is not supported yet" in str(info.value)
+    assert "ulysses_sequence_parallel_size: 2 is not supported yet" in str(info.value)
 
 
 def test_batch_plan_and_divisibility_errors():

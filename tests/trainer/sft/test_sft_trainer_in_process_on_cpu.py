@@ -100,3 +100,46 @@ def test_multiturn_sft_learns_and_exports_the_trained_model(single_rank_group, t
         expected = trainer.model(input_ids=input_ids, use_cache=False).logits
         torch.testing.assert_close(reloaded(input_ids=input_ids).logits, expected, atol=1e-6, rtol=1e-6)
     assert os.path.isfile(tmp_path / "ckpt" / "global_step_8" / "model_world_size_1_rank_0.pt")
+
+
+@pytest.mark.slow
+def test_lora_sft_trains_only_adapters_and_exports_a_merged_model(single_rank_group, tiny_llama_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.trainer.sft.trainer import FSDPSFTTrainer
+
+    pq.write_table(pa.Table.from_pylist(_chat_rows(32)), tmp_path / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(_chat_rows(8)), tmp_path / "val.parquet")
+    config = compose_config("sft_trainer", [
+        f"data.train_files={tmp_path}/train.parquet", f"data.val_files={tmp_path}/val.parquet",
+        "data.multiturn.enable=True", "data.max_length=48", "data.train_batch_size=8",
+        "data.micro_batch_size_per_gpu=4", f"model.partial_pretrain={tiny_llama_dir}", "optim.lr=2e-2",
+        "model.lora_rank=8", "model.lora_alpha=16", "model.target_modules=[q_proj,v_proj,lm_head]",
+        "trainer.total_training_steps=6", "trainer.test_freq=-1", "trainer.device=cpu",
+        f"trainer.default_local_dir={tmp_path}/ckpt",
+    ])
+    validate_sft_config(config)
+    trainer = FSDPSFTTrainer(config, "cpu")
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)  # only adapters train
+    frozen_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    losses = []
+
+    class Recorder:
+        def log(self, data, step):
+            losses.append(data["train/loss"])
+
+    trainer.fit(Recorder())
+    assert losses[-1] < losses[0]
+    for name, param in trainer.model.named_parameters():
+        if name in frozen_before:
+            assert torch.equal(param.detach().full_tensor() if hasattr(param, "full_tensor") else param.detach(),
+                               frozen_before[name].full_tensor() if hasattr(frozen_before[name], "full_tensor")
+                               else frozen_before[name]), name
+    export = tmp_path / "ckpt" / "global_step_6" / "huggingface"
+    reloaded = AutoModelForCausalLM.from_pretrained(str(export), dtype=torch.float32).eval()
+    input_ids = trainer.val_dataset[0]["input_ids"][None, :20]
+    trainer.model.eval()
+    with torch.no_grad():  # the export holds W + scale·B·A: same logits as the adapted model
+        expected = trainer.model(input_ids=input_ids, use_cache=False).logits
+        torch.testing.assert_close(reloaded(input_ids=input_ids).logits, expected, atol=1e-5, rtol=1e-5)

@@ -11,7 +11,8 @@ export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PAR
 
 run_pytest() {  # pytest exits 5 when nothing was collected: that must never pass silently.
   local rc=0
-  "$VENV/bin/python" -m pytest "$@" || rc=$?
+  # the venv's bin first on PATH: run scripts the tests launch (recipes, torchrun, bash helpers) call `python`
+  PATH="$PWD/$VENV/bin:$PATH" VIRTUAL_ENV="$PWD/$VENV" "$VENV/bin/python" -m pytest "$@" || rc=$?
   if [ "$rc" -eq 5 ]; then echo "[test] ERROR: no tests collected for: $*" >&2; return 1; fi
   return "$rc"
 }

@@ -124,6 +124,22 @@ class AbstractRewardManager:
             return self.failure(i, data_source, f"returned a non-finite score {result!r}"), extra
         return float(result), extra
 
+    def score_sample(
+        self, i: int, data_source: Any, response_str: str, ground_truth: Any, extra_info: Any
+    ) -> tuple[float, dict | None]:
+        """``compute_score`` on sample ``i`` (with the timeout); a raise becomes :meth:`failure`; checked result."""
+        try:
+            result = self.call_with_timeout(
+                self.compute_score,
+                data_source=data_source,
+                solution_str=response_str,
+                ground_truth=ground_truth,
+                extra_info=extra_info,
+            )
+        except Exception as exc:
+            result = self.failure(i, data_source, f"{type(exc).__name__}: {exc}")
+        return self.checked_score(i, data_source, result)
+
     def maybe_print(self, printed: dict, data_source: Any, lines: dict[str, Any]) -> None:
         """Print up to ``num_examine`` samples per data source (verl's ``[prompt]/[response]/...`` lines)."""
         if printed.get(data_source, 0) >= self.num_examine:

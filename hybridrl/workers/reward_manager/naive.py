@@ -30,17 +30,7 @@ class NaiveRewardManager(AbstractRewardManager):
         for i in range(len(data)):
             prompt_str, response_str, valid_response_length = self.decode_sample(data, i)
             data_source, ground_truth, extra_info = self.sample_fields(data, i)
-            try:
-                result = self.call_with_timeout(
-                    self.compute_score,
-                    data_source=data_source,
-                    solution_str=response_str,
-                    ground_truth=ground_truth,
-                    extra_info=extra_info,
-                )
-            except Exception as exc:
-                result = self.failure(i, data_source, f"{type(exc).__name__}: {exc}")
-            score, extra = self.checked_score(i, data_source, result)
+            score, extra = self.score_sample(i, data_source, response_str, ground_truth, extra_info)
             for key, value in (extra or {}).items():
                 reward_extra_info[key].append(value)
             reward_tensor[i, valid_response_length - 1] = score

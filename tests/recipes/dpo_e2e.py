@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.trainer.e2e import run_module
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -49,13 +49,4 @@ def dpo_args(model_dir: str, data_dir: str, ckpt_dir: str, **overrides: object) 
 
 def run_recipe(module: str, args: list[str], metrics_file: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``python -m <module> args`` with the file logger writing ``metrics_file``."""
-    env = {
-        **os.environ,
-        "VERL_FILE_LOGGER_PATH": metrics_file,
-        "RAY_AUTH_MODE": "disabled",
-        "HF_HUB_OFFLINE": "1",
-        "RAY_DEDUP_LOGS": "0",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_module(module, args, metrics_file, timeout=timeout)

@@ -64,12 +64,18 @@ def ppo_overrides(model_dir: str) -> dict[str, object]:
     }
 
 
-def run_main_ppo(args: list[str], metrics_file: str, timeout: float = 400, extra_env: dict | None = None,
-                 cwd: str | None = None) -> subprocess.CompletedProcess:
+def run_module(module: str, args: list[str], metrics_file: str, timeout: float = 400,
+               extra_env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m <module> args`` with the ``file`` logger writing ``metrics_file``."""
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": metrics_file, "RAY_AUTH_MODE": "disabled",
            "HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0", **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "hybridrl.trainer.main_ppo", *args], env=env, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_main_ppo(args: list[str], metrics_file: str, timeout: float = 400, extra_env: dict | None = None,
+                 cwd: str | None = None) -> subprocess.CompletedProcess:
+    return run_module("hybridrl.trainer.main_ppo", args, metrics_file, timeout, extra_env, cwd)
 
 
 def read_metrics(path: str) -> dict[int, dict[str, float]]:

@@ -140,12 +140,14 @@ def test_over_colocation_is_refused_instead_of_hanging(ray_cluster):
 
 
 def test_resource_pool_manager_preflight(ray_cluster):
-    free_cpus = int(ray.available_resources().get("CPU", 0))
+    # sized on the cluster's total (not the momentary free count, which other tests' actors still shrink
+    # while they are torn down): the reward pool alone could fit an idle cluster, not after the global pool
+    total_cpus = int(ray.cluster_resources().get("CPU", 0))
     ok = ResourcePoolManager({"global_pool": [2]}, {Role.ActorRollout: "global_pool"}, use_gpu=False)
     ok.create_resource_pool()
     assert ok.get_n_gpus() == 2 and ok.get_resource_pool(Role.ActorRollout).store == [2]
     too_big = ResourcePoolManager(
-        {"global_pool": [free_cpus - 1], "reward_pool": [2]},
+        {"global_pool": [1], "reward_pool": [total_cpus]},
         {Role.ActorRollout: "global_pool", Role.RewardModel: "reward_pool"},
         use_gpu=False,
     )

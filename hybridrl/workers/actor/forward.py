@@ -65,14 +65,56 @@ def forward_response(
         if sp_group is not None and dist.get_world_size(sp_group) > 1:
             per_token = _forward_packed_sp(module, packed, next_tokens, token_fn, sp_group)
         else:
-            output = module(
-                input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
-            )
-            per_token = list(token_fn(output.logits, next_tokens))
+            per_token = _forward_packed(module, packed, next_tokens, token_fn, response_length)
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
-    output = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    kwargs = {"logits_to_keep": response_length + 1} if _keeps_logits(module) else {}
+    output = module(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
+    )
     logits = output.logits[:, -response_length - 1 : -1]  # [B, R, H]
     return list(token_fn(logits, micro_batch["responses"]))
+
+
+def _keeps_logits(module: nn.Module) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (HF causal LMs; not token classifiers).
+
+    With it the LM head runs on the response positions only: on a 64-token prompt and a 16-token
+    response that skips 80% of the ``[T, H] x [H, V]`` head matmul, in forward and backward.
+    """
+    import inspect
+
+    inner = getattr(module, "module", module)  # FSDP1 wraps; FSDP2 keeps the class
+    try:
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _forward_packed(
+    module: nn.Module, packed: Any, next_tokens: torch.Tensor, token_fn: TokenFn, response_length: int
+) -> list[torch.Tensor]:
+    """Packed forward; the head runs only on positions that score a response token when the model allows it.
+
+    Returns per-token tensors ``[1, nnz]``; positions outside the response window hold 0 (masked by callers).
+    """
+    if not _keeps_logits(module):
+        output = module(
+            input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
+        )
+        return list(token_fn(output.logits, next_tokens))
+    column = packed.indices % packed.seqlen  # [nnz] column of each packed token in the padded batch
+    window = (column >= packed.seqlen - response_length - 1) & (column < packed.seqlen - 1)
+    keep = torch.nonzero(window, as_tuple=False).flatten()  # [K]
+    output = module(
+        input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False,
+        logits_to_keep=keep,
+    )
+    nnz = packed.input_ids.shape[1]
+    per_token = []
+    for values in token_fn(output.logits, next_tokens[:, keep]):  # each [1, K]
+        full = torch.zeros(1, nnz, dtype=values.dtype, device=values.device)
+        per_token.append(full.index_put((torch.zeros_like(keep), keep), values.squeeze(0)))
+    return per_token
 
 
 def _forward_packed_sp(

@@ -112,6 +112,7 @@ def decode_batch(
         position_ids=position_ids,
         past_key_values=cache,
         use_cache=True,
+        logits_to_keep=1,  # the prefill's head runs on the last prompt position only: [B, 1, V]
     ).logits[:, -1]
     next_pos = position_ids[:, -1:] + 1
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)

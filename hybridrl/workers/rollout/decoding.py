@@ -4,6 +4,8 @@
 ``transformers.generate`` it:
 
 - trims prompt columns that are padding in every row (left padding shared by the whole micro-batch);
+- prefills each distinct prompt once: GRPO's ``n`` samples of a prompt are identical rows, so their KV
+  cache and first-token logits are computed for one row and copied (prefill cost / ``n``);
 - stops the whole batch as soon as every row has emitted an EOS;
 - *compacts* the batch: once a quarter of the active rows are finished, they are dropped from the
   KV cache, so later steps only run the rows still generating;
@@ -78,6 +80,39 @@ def _trim_shared_left_padding(input_ids: torch.Tensor, attention_mask: torch.Ten
     return input_ids[:, first:], attention_mask[:, first:]
 
 
+def _prefill_distinct_rows(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: object,
+) -> torch.Tensor:
+    """Prefill the distinct rows of ``input_ids [B, P]`` once and expand ``cache`` to all ``B`` rows.
+
+    Returns the next-token logits ``[B, V]`` of every row. The head runs on the last prompt position only.
+    """
+    rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=-1)  # [B, 2P]
+    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)  # [U, 2P], [B]
+    select = None
+    if distinct.shape[0] < rows.shape[0]:  # run the first row of each distinct prompt
+        first = torch.full((distinct.shape[0],), rows.shape[0], dtype=torch.long, device=rows.device)
+        select = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
+        input_ids, attention_mask, position_ids = input_ids[select], attention_mask[select], position_ids[select]
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,  # [rows, 1, V]
+    ).logits[:, -1]
+    if select is None:
+        return logits
+    # cache row u holds distinct prompt u; row i of the batch is prompt inverse[i]
+    cache.batch_select_indices(inverse)
+    return logits[inverse]
+
+
 @torch.no_grad()
 def decode_batch(
     model: nn.Module,
@@ -106,14 +141,7 @@ def decode_batch(
     out_logps: list[list[float]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
     cache = DynamicCache()
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,  # the prefill's head runs on the last prompt position only: [B, 1, V]
-    ).logits[:, -1]
+    logits = _prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
     next_pos = position_ids[:, -1:] + 1
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     for step in range(params.max_new_tokens):

@@ -100,3 +100,19 @@ def test_rollout_log_probs_match_a_full_forward(tiny_model_dir, tokenizer, actor
     # top-k/top-p shape the sampling only: log-probs are on the full distribution at temperature T
     torch.testing.assert_close(got[mask], expected[mask], atol=1e-4, rtol=1e-4)
     assert (got[~mask] == ROLLOUT_LOG_PROB_PAD).all()
+
+
+def test_shared_prefill_of_repeated_prompts_is_exact(tiny_model_dir, tokenizer, actor):
+    """``n`` copies of a prompt are prefilled once (decoding._prefill_distinct_rows): greedy copies equal the
+    single-copy answer, and sampled tokens' log-probs equal a full forward of each row."""
+    greedy = build_handle(tiny_model_dir, tokenizer, actor, response_length=6, top_k=1)  # do_sample=False forces n=1
+    once = greedy.generate_sequences(make_prompts(tokenizer))
+    thrice = greedy.generate_sequences(make_prompts(tokenizer, n=3))
+    assert torch.equal(thrice.batch["responses"][::3], once.batch["responses"])
+    assert torch.equal(thrice.batch["responses"][1::3], once.batch["responses"])
+
+    sampled = build_handle(tiny_model_dir, tokenizer, actor, response_length=6)
+    out = sampled.generate_sequences(make_prompts(tokenizer, n=4))
+    mask = out.batch["attention_mask"][:, -6:].bool()
+    expected = forward_log_probs(actor, out, 1.0)
+    torch.testing.assert_close(out.batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=1e-4)

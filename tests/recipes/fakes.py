@@ -1,4 +1,7 @@
-"""Fake worker groups for trainer-level recipe tests (no Ray, no model): the real ones run in the CLI tests."""
+"""Fake worker groups for trainer-level tests (no Ray, no model): the real ones run in the CLI tests.
+
+Used by the recipe trainer tests (tests/recipes/) and RayPPOTrainer's knob tests (tests/trainer/ppo/).
+"""
 
 from __future__ import annotations
 
@@ -15,17 +18,20 @@ R = 4  # response length
 
 class FakeActorRolloutWG:
     """Sampling: row r of a call answers with r % R + 1 tokens (the last one EOS). Greedy (``do_sample=False``):
-    every row answers with ``GREEDY_LENGTH`` tokens. Log-probs are zero; updates are recorded."""
+    every row answers with ``GREEDY_LENGTH`` tokens. Log-probs are zero. Every call is recorded in ``calls`` as
+    ``(method name, rows)``; generation inputs in ``generated``, update batches in ``updates``."""
 
     world_size = 2
     GREEDY_LENGTH = 3
 
     def __init__(self, eos_id: int, pad_id: int, token_id: int = 7):
         self.eos_id, self.pad_id, self.token_id = eos_id, pad_id, token_id
+        self.calls: list[tuple[str, int]] = []
         self.generated: list[DataProto] = []  # every generation call's input
         self.updates: list[DataProto] = []
 
     def generate_sequences(self, gen_batch: DataProto) -> DataProto:
+        self.calls.append(("generate_sequences", len(gen_batch)))
         self.generated.append(gen_batch)
         prompts = gen_batch.batch["input_ids"]
         greedy = not gen_batch.meta_info.get("do_sample", True)
@@ -43,14 +49,20 @@ class FakeActorRolloutWG:
         })
 
     def compute_log_prob(self, batch: DataProto) -> DataProto:
+        self.calls.append(("compute_log_prob", len(batch)))
         return DataProto.from_dict({"old_log_probs": torch.zeros(len(batch), R)})
 
     def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        self.calls.append(("compute_ref_log_prob", len(batch)))
         return DataProto.from_dict({"ref_log_prob": torch.zeros(len(batch), R)})
 
     def update_actor(self, batch: DataProto) -> DataProto:
+        self.calls.append(("update_actor", len(batch)))
         self.updates.append(batch)
         return DataProto(meta_info={"metrics": {"actor/pg_loss": [0.0]}})
+
+    def save_checkpoint(self, *args, **kwargs) -> None:
+        self.calls.append(("save_checkpoint", 0))
 
 
 class FakeResourcePoolManager:

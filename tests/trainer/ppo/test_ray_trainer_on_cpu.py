@@ -1,4 +1,5 @@
-"""RayPPOTrainer's step logic with fake worker groups (the real ones are exercised by the CLI e2e tests).
+"""RayPPOTrainer's step logic with fake worker groups (tests/recipes/fakes.py; the real ones run in the CLI
+e2e tests).
 
 Each knob is checked for the behaviour verl gives it: rollout.n repeats prompts (interleaved, one uid per
 prompt), balance_batch reorders and logs global_seqlen/*, use_kl_loss brings in the reference policy,
@@ -12,63 +13,10 @@ import pytest
 import torch
 
 from hybridrl.protocol import DataProto
-from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
-from hybridrl.trainer.ppo.reward import load_reward_manager
+from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.utils.config import compose_config
-from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
-from hybridrl.utils.tokenizer import hf_tokenizer
-
-RESPONSE_LENGTH = 4
-
-
-class FakeActorRolloutWG:
-    """Records calls; 'generates' responses of varying length; returns zero log-probs."""
-
-    world_size = 2
-
-    def __init__(self, eos_id: int, pad_id: int):
-        self.eos_id, self.pad_id = eos_id, pad_id
-        self.calls: list[tuple[str, int]] = []
-        self.generated: list[DataProto] = []
-
-    def generate_sequences(self, gen_batch: DataProto) -> DataProto:
-        self.calls.append(("generate_sequences", len(gen_batch)))
-        self.generated.append(gen_batch)
-        prompts = gen_batch.batch["input_ids"]
-        batch_size = prompts.shape[0]
-        responses = torch.full((batch_size, RESPONSE_LENGTH), self.pad_id)
-        response_mask = torch.zeros(batch_size, RESPONSE_LENGTH, dtype=torch.long)
-        for row in range(batch_size):  # row r answers with (r % R) + 1 tokens, the last one EOS
-            length = row % RESPONSE_LENGTH + 1
-            responses[row, : length - 1] = 7
-            responses[row, length - 1] = self.eos_id
-            response_mask[row, :length] = 1
-        attention_mask = torch.cat([gen_batch.batch["attention_mask"], response_mask], dim=1)
-        position_ids = torch.cumsum(attention_mask, dim=1) - 1
-        return DataProto.from_dict({
-            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask, "position_ids": position_ids.clamp(min=0),
-        })
-
-    def compute_log_prob(self, batch: DataProto) -> DataProto:
-        self.calls.append(("compute_log_prob", len(batch)))
-        return DataProto.from_dict({"old_log_probs": torch.zeros(len(batch), RESPONSE_LENGTH)})
-
-    def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
-        self.calls.append(("compute_ref_log_prob", len(batch)))
-        return DataProto.from_dict({"ref_log_prob": torch.zeros(len(batch), RESPONSE_LENGTH)})
-
-    def update_actor(self, batch: DataProto) -> DataProto:
-        self.calls.append(("update_actor", len(batch)))
-        return DataProto(meta_info={"metrics": {"actor/pg_loss": [0.0]}})
-
-    def save_checkpoint(self, *args, **kwargs) -> None:
-        self.calls.append(("save_checkpoint", 0))
-
-
-class FakeResourcePoolManager:
-    def get_n_gpus(self) -> int:
-        return 2
+from tests.recipes.fakes import R as RESPONSE_LENGTH
+from tests.recipes.fakes import make_trainer
 
 
 def _config(data_dir: str, model_dir: str, tmp_path, **overrides):
@@ -85,30 +33,17 @@ def _config(data_dir: str, model_dir: str, tmp_path, **overrides):
     return compose_config("ppo_trainer", [f"{k}={v}" for k, v in args.items()])
 
 
-def _trainer(config, use_ref: bool = False):
-    tokenizer = hf_tokenizer(config.actor_rollout_ref.model.path)
-    train = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
-    val = create_rl_dataset(config.data.val_files, config.data, tokenizer, None)
-    mapping = {Role.ActorRollout: object} | ({Role.RefPolicy: object} if use_ref else {})
-    trainer = RayPPOTrainer(
-        config=config, tokenizer=tokenizer, role_worker_mapping=mapping,
-        resource_pool_manager=FakeResourcePoolManager(), reward_fn=load_reward_manager(config, tokenizer, 0),
-        val_reward_fn=None, train_dataset=train, val_dataset=val, collate_fn=collate_fn,
-        train_sampler=create_rl_sampler(config.data, train),
-    )
-    trainer.actor_rollout_wg = FakeActorRolloutWG(tokenizer.eos_token_id, tokenizer.pad_token_id)
-    if use_ref:
-        trainer.ref_policy_wg = trainer.actor_rollout_wg
-    return trainer
-
-
 def _calls(trainer, name: str) -> list[int]:
     return [size for called, size in trainer.actor_rollout_wg.calls if called == name]
 
 
 @pytest.fixture()
 def setup(tiny_model_dir, arithmetic_data_dir, tmp_path):
-    return lambda use_ref=False, **kw: _trainer(_config(arithmetic_data_dir, tiny_model_dir, tmp_path, **kw), use_ref)
+    def build(use_ref: bool = False, **overrides):
+        config = _config(arithmetic_data_dir, tiny_model_dir, tmp_path, **overrides)
+        return make_trainer(RayPPOTrainer, config, use_ref)
+
+    return build
 
 
 def test_rollout_n_repeats_prompts_interleaved_with_one_uid_per_prompt(setup):

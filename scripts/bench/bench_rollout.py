@@ -44,7 +44,7 @@ def build_model(name: str, root: str) -> str:
     return str(build_tiny_model(os.path.join(root, name), spec))
 
 
-def make_prompts(tokenizer, batch: int, scenario: str, stop_ids: list[int] | None):
+def make_prompts(tokenizer, batch: int, scenario: str, stop_ids: list[int] | None, n: int = 1):
     """``stop_ids=None`` (a real model): the quickstart's arithmetic prompts, stopping on the model's own EOS."""
     from hybridrl.trainer.main_generation import tokenize_chats
 
@@ -55,7 +55,7 @@ def make_prompts(tokenizer, batch: int, scenario: str, stop_ids: list[int] | Non
     else:
         chats = [[{"role": "user", "content": f"What is {i} + {2 * i}? think step by step"}] for i in range(batch)]
     prompts = tokenize_chats(tokenizer, chats, prompt_length=64)
-    prompts.meta_info.update(do_sample=True, temperature=1.0, ignore_eos=scenario == "full")
+    prompts.meta_info.update(do_sample=True, temperature=1.0, ignore_eos=scenario == "full", n=n)
     if scenario == "eos" and stop_ids is not None:
         prompts.meta_info["eos_token_id"] = stop_ids
     return prompts
@@ -107,12 +107,12 @@ def bench_engine(engine: str, model_dir: str, dtype: str, args, tokenizer, stop_
         device_name="cpu",
     )
     init_s = time.perf_counter() - start
-    handle.generate_sequences(make_prompts(tokenizer, 4, "full", stop_ids))  # warm-up
+    handle.generate_sequences(make_prompts(tokenizer, max(1, 4 // args.n), "full", stop_ids))  # warm-up
     records = []
     for scenario in ("full", "eos"):
         seconds, useful = [], []
         for repeat in range(args.repeats):
-            prompts = make_prompts(tokenizer, args.batch, scenario, stop_ids)
+            prompts = make_prompts(tokenizer, args.batch // args.n, scenario, stop_ids, args.n)
             torch.manual_seed(repeat)
             start = time.perf_counter()
             out = handle.generate_sequences(prompts)
@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-dirs", default="", help="real HF folders: name=path,name=path")
     parser.add_argument("--engines", default="hf,hf_generate,vllm")
     parser.add_argument("--dtypes", default="float32")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=64, help="rows generated per call (prompts x n)")
+    parser.add_argument("--n", type=int, default=1, help="samples per prompt (GRPO's group; batch/n prompts)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--stop-ids", type=int, default=16, help="stop ids in the eos scenario (random models)")
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
 
     results = {
         "batch": args.batch,
+        "n": args.n,
         "new_tokens": args.new_tokens,
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),

@@ -26,6 +26,7 @@ def check_batch_sizes(config: DictConfig, use_reference_policy: bool, use_critic
         return problems
     _check_total(train_bsz, n, world, problems)
     _check_tensor_parallel(config, world, problems)
+    _check_sequence_parallel_needs_packing(config, problems)
     actor_dynamic = bool(get(config, f"{ACTOR}.use_dynamic_bsz"))
     if not actor_dynamic:
         _check_exclusive(config, ACTOR, "ppo_micro_batch_size", problems)
@@ -69,6 +70,22 @@ def _check_tensor_parallel(config: DictConfig, world: int, problems: list[Config
                 key, f"{tp} does not divide the {world} ranks.", f"set {key} to a divisor of {world}, e.g. {key}=1."
             )
         )
+
+
+def _check_sequence_parallel_needs_packing(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    """Ulysses slices the packed ``[1, nnz]`` row: the actor/ref need ``use_remove_padding`` (as verl asserts)."""
+    if get(config, "actor_rollout_ref.model.use_remove_padding"):
+        return
+    for section in (ACTOR, REF):
+        key = f"{section}.ulysses_sequence_parallel_size"
+        if int(get(config, key) or 1) > 1:
+            problems.append(
+                ConfigProblem(
+                    key,
+                    f"sequence parallelism ({key}={get(config, key)}) runs on packed sequences only.",
+                    "set actor_rollout_ref.model.use_remove_padding=True (or the size to 1).",
+                )
+            )
 
 
 def _check_exclusive(config: DictConfig, section: str, param: str, problems: list[ConfigProblem]) -> None:

@@ -82,6 +82,11 @@ CASES = [
         "not supported yet",
     ),
     (
+        ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=False"],
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        "use_remove_padding=True",
+    ),
+    (
         ["actor_rollout_ref.rollout.multi_turn.enable=True"],
         "actor_rollout_ref.rollout.multi_turn.enable",
         "not supported yet",

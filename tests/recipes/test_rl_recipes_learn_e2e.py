@@ -2,15 +2,16 @@
 
 Runs ``recipes/<name>/run_*_cpu.sh`` (real Ray, 2 FSDP2 CPU workers, hf rollout) on the shared tiny model and
 ``recipe_data_dir`` for 15 seeded steps (``data.seed`` orders the prompts, ``rollout.seed`` + rank + step seeds the
-sampling; two runs give identical metrics). The reward is recipes/digit_reward.py: the share of digit characters
+sampling): two runs give identical metrics, except PF-PPO's (its critic value head is initialised, and its
+resampling drawn, from unseeded generators). The reward is recipes/digit_reward.py: the share of digit characters
 in the response, in [0, 1]. Per step: 8 prompts × n=4 responses of at most 8 tokens, 2 PPO mini-batches, 2 ranks.
 
 Learning, for every recipe (margins measured, see the recipes' READMEs, "Measured on CPU"):
     - greedy validation reward on the 8 held-out prompts: 0.0 at step 0, 1.0 at step 15 in every recipe;
       asserted +0.5. With ``optim.lr=0`` it stays 0.0.
     - sampled training reward ``critic/score/mean``, mean of steps 13–15 minus mean of steps 1–3: +0.051 (GSPO)
-      to +0.089 (REINFORCE++), +0.153 for PF-PPO (its batch is resampled towards high scores); asserted +0.025.
-      With ``optim.lr=0`` (Dr.GRPO script) it is -0.003.
+      to +0.089 (REINFORCE++), +0.121 / +0.153 for PF-PPO in two runs (its batch is resampled towards high
+      scores); asserted +0.025. With ``optim.lr=0`` (Dr.GRPO script) it is -0.003.
 
 Recipe evidence: what the metrics can show of the estimator / loss each recipe selects (each check's docstring).
 """

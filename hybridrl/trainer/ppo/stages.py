@@ -132,6 +132,8 @@ class StagesMixin:
 
     # ------------------------------------------------------------------ log-probs and values
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        if not self.config.actor_rollout_ref.actor.get("recompute_old_log_prob", True):
+            return batch  # on-policy update: the actor uses its current log-probs, detached (config-checked)
         with self._timed("old_log_prob", timing_raw):
             old = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = old.batch.pop("entropys", None)

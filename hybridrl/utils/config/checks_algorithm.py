@@ -44,7 +44,35 @@ def check_algorithm(config: DictConfig, use_reference_policy: bool, use_critic: 
         _check_choice("critic.loss_agg_mode", get(config, "critic.loss_agg_mode"), LOSS_AGG_MODES, problems)
     _check_kl(config, use_reference_policy, problems)
     _check_sampling(config, problems)
+    _check_skip_old_log_prob(config, problems)
     return problems
+
+
+def _check_skip_old_log_prob(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    """``recompute_old_log_prob=False`` is exact only for an on-policy update, and KL-in-reward needs the old ones."""
+    key = f"{ACTOR}.recompute_old_log_prob"
+    if get(config, key) in (None, True):
+        return
+    epochs, mini = get(config, f"{ACTOR}.ppo_epochs"), get(config, f"{ACTOR}.ppo_mini_batch_size")
+    train = get(config, "data.train_batch_size")
+    if epochs != 1 or mini != train:
+        problems.append(
+            ConfigProblem(
+                key,
+                f"{key}=False needs an on-policy update (ppo_epochs=1 and ppo_mini_batch_size == "
+                f"data.train_batch_size), got ppo_epochs={epochs}, ppo_mini_batch_size={mini}, "
+                f"data.train_batch_size={train}.",
+                f"set {key}=True, or {ACTOR}.ppo_epochs=1 and {ACTOR}.ppo_mini_batch_size={train}.",
+            )
+        )
+    if get(config, "algorithm.use_kl_in_reward"):
+        problems.append(
+            ConfigProblem(
+                key,
+                f"{key}=False leaves no old log-probs for algorithm.use_kl_in_reward=True.",
+                f"set {key}=True, or use the KL loss (actor_rollout_ref.actor.use_kl_loss=True) instead.",
+            )
+        )
 
 
 def _check_kl(config: DictConfig, use_reference_policy: bool, problems: list[ConfigProblem]) -> None:

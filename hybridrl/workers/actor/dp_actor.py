@@ -191,9 +191,11 @@ class DataParallelPPOActor(BasePPOActor):
         # verl computes the entropy only when it enters the loss
         entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
         loss_mode = config.get("policy_loss", {}).get("loss_mode", "vanilla")
+        # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
+        old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
         pg_loss, metrics = _call_policy_loss(
             get_policy_loss_fn(loss_mode),
-            micro_batch["old_log_probs"],
+            old_log_prob,
             log_prob,
             micro_batch["advantages"],
             response_mask,
@@ -240,6 +242,13 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         temperature = data.meta_info["temperature"]
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.get("use_kl_loss", False) else [])
+        if "old_log_probs" not in data.batch.keys():
+            if config.get("recompute_old_log_prob", True):
+                raise KeyError(
+                    "update_actor: the batch has no old_log_probs (compute_log_prob was not run); set "
+                    "actor_rollout_ref.actor.recompute_old_log_prob=False only for on-policy updates"
+                )
+            keys.remove("old_log_probs")
         batch = data.select(batch_keys=keys).batch
         mini_batch_size = config.ppo_mini_batch_size
         metrics: dict[str, list[float]] = {}

@@ -87,6 +87,16 @@ CASES = [
         "use_remove_padding=True",
     ),
     (
+        ["actor_rollout_ref.actor.recompute_old_log_prob=False", "actor_rollout_ref.actor.ppo_epochs=2"],
+        "actor_rollout_ref.actor.recompute_old_log_prob",
+        "on-policy",
+    ),
+    (
+        ["actor_rollout_ref.actor.recompute_old_log_prob=False", "algorithm.use_kl_in_reward=True"],
+        "actor_rollout_ref.actor.recompute_old_log_prob",
+        "use_kl_loss=True",
+    ),
+    (
         ["actor_rollout_ref.rollout.multi_turn.enable=True"],
         "actor_rollout_ref.rollout.multi_turn.enable",
         "not supported yet",

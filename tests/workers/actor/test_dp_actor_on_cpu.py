@@ -101,6 +101,26 @@ def test_pg_loss_at_ratio_one_is_minus_mean_advantage(causal_lm, make_batch, mak
     assert metrics["actor/ppo_kl"][0] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_on_policy_update_without_old_log_probs_equals_the_recomputed_path(causal_lm, make_batch, make_actor_config):
+    """recompute_old_log_prob=False: the update takes its own log-probs (detached) as the old ones; with one
+    mini-batch and one epoch that is exactly the recomputed old_log_probs, so weights and metrics match."""
+    data = _log_prob_meta(make_batch(batch_size=4), micro_batch_size=2)
+    recomputed = copy.deepcopy(data)
+    recomputed.batch["old_log_probs"], _ = DataParallelPPOActor(
+        make_actor_config(ppo_micro_batch_size_per_gpu=2), causal_lm
+    ).compute_log_prob(recomputed)
+    with_old, metrics_old = _update(causal_lm, make_actor_config(ppo_micro_batch_size_per_gpu=2), recomputed)
+    data.batch.pop("old_log_probs")
+    skip = make_actor_config(ppo_micro_batch_size_per_gpu=2, recompute_old_log_prob=False)
+    without, metrics_skip = _update(causal_lm, skip, data)
+    assert _max_param_diff(with_old, causal_lm) > 1e-5
+    assert _max_param_diff(without, with_old) < 1e-6
+    for name in ("actor/pg_loss", "actor/ppo_kl", "actor/grad_norm"):
+        assert metrics_skip[name] == pytest.approx(metrics_old[name], abs=1e-6), name
+    with pytest.raises(KeyError, match="recompute_old_log_prob"):
+        _update(causal_lm, make_actor_config(), data)
+
+
 def test_kl_loss_and_entropy_metrics(causal_lm, make_batch, make_actor_config):
     """ref_log_prob = current log-probs → low_var_kl = exp(0) − 0 − 1 = 0; entropy enters only when coeff ≠ 0."""
     data = _log_prob_meta(make_batch(batch_size=4), micro_batch_size=4)

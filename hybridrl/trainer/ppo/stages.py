@@ -165,15 +165,18 @@ class StagesMixin:
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            return compute_advantage(
-                batch,
-                adv_estimator=algo.adv_estimator,
-                gamma=algo.gamma,
-                lam=algo.lam,
-                num_repeat=self.config.actor_rollout_ref.rollout.n,
-                norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True),
-                config=algo,
-            )
+            # PF-PPO resamples rows: draw from a stream fixed by (data.seed, step), so runs and resumes repeat
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(self.config.data.get("seed", 1)) * 1_000_003 + self.global_steps)
+                return compute_advantage(
+                    batch,
+                    adv_estimator=algo.adv_estimator,
+                    gamma=algo.gamma,
+                    lam=algo.lam,
+                    num_repeat=self.config.actor_rollout_ref.rollout.n,
+                    norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True),
+                    config=algo,
+                )
 
     # ------------------------------------------------------------------ updates
     def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:

@@ -83,7 +83,9 @@ def load_hf_model(
     kwargs: dict[str, Any] = {"config": config, "dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    module: Any = auto_cls.from_pretrained(copy_to_local(model_path), **kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # a new head (the critic's value head) starts the same in every run and rank
+        module: Any = auto_cls.from_pretrained(copy_to_local(model_path), **kwargs)
     module.to(torch_dtype)  # a freshly initialised head (token classification) must match too
     return module, module.config
 

@@ -10,7 +10,13 @@ Greedy validation accuracy (16 new tokens, last-integer match) on the held-out p
 training and every ``--eval_every`` steps; the output is one JSON line per evaluation plus a summary with
 the training minutes (evaluation excluded) to reach ``--target``.
 
-TRL is a dev/benchmark dependency only: ``pip install trl torch==2.13.0`` (the pin keeps the CPU torch).
+TRL is a dev/benchmark dependency only: ``pip install trl datasets torch==2.13.0`` (the pin keeps the CPU torch).
+
+``bench_grpo_vs_trl.py`` drives it with hybridrl's settings: ``--model_dir`` (any local causal LM, e.g. the tiny
+model), ``--prompts/--n/--response_length`` (one step = prompts × n completions), ``--weight_decay``,
+``--lr_scheduler_type constant``, ``--gradient_checkpointing false`` and ``--eval_every 0`` (no evaluation);
+with ``--step_times`` every step also prints ``{"step", "step_s"}`` (wall time of the step: generation,
+reward, loss, backward, optimizer; evaluation excluded).
 
 Example: python scripts/bench/trl_grpo_quickstart.py --max_steps 61 --eval_every 10 --out trl.jsonl
 """
@@ -75,6 +81,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--target", type=float, default=0.727)
     parser.add_argument("--out", default=None, help="append JSON lines here as well as to stdout")
+    parser.add_argument("--model_dir", default=None, help="a local causal LM instead of the prepared SmolLM2")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    parser.add_argument("--n", type=int, default=8, help="completions per prompt (num_generations)")
+    parser.add_argument("--response_length", type=int, default=16, help="max_completion_length")
+    parser.add_argument("--weight_decay", type=float, default=None, help="AdamW weight decay (TRL default 0)")
+    parser.add_argument("--lr_scheduler_type", default=None, help="e.g. constant (TRL default: linear)")
+    parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
+                        help="TRL's GRPOConfig default is true")
+    parser.add_argument("--step_times", action="store_true", help="print each step's wall time")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -84,8 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     quickstart = ROOT / "examples" / "quickstart"
-    model_dir = _load("qs_prepare_model", quickstart / "prepare_model.py").prepare(args.cache_dir)
+    model_dir = args.model_dir or _load("qs_prepare_model", quickstart / "prepare_model.py").prepare(args.cache_dir)
     data_dir = _load("qs_make_data", quickstart / "make_data.py").make_data(
         Path(args.cache_dir) / "data" / "arithmetic_2digit_add")
     train = pd.read_parquet(data_dir / "train.parquet")
@@ -103,10 +121,20 @@ def main(argv: list[str] | None = None) -> None:
             with open(args.out, "a") as fp:
                 fp.write(json.dumps(row) + "\n")
 
-    clock = {"train_s": 0.0, "since": time.time(), "hit": None}
+    clock = {"train_s": 0.0, "since": time.time(), "hit": None, "step_start": time.perf_counter()}
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, _args, state, control, **kwargs):
+            clock["step_start"] = time.perf_counter()
+
+        def on_step_end(self, _args, state, control, **kwargs):
+            if args.step_times:
+                emit({"step": state.global_step, "step_s": time.perf_counter() - clock["step_start"]})
 
     class EvalCallback(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
+            if args.eval_every <= 0:
+                return
             if state.global_step % args.eval_every and state.global_step != args.max_steps:
                 return
             clock["train_s"] += time.time() - clock["since"]
@@ -116,17 +144,26 @@ def main(argv: list[str] | None = None) -> None:
             emit({"step": state.global_step, "val_acc": acc, "train_min": clock["train_s"] / 60})
             clock["since"] = time.time()
 
-    emit({"step": 0, "val_acc": greedy_accuracy(model, tokenizer, val_rows), "train_min": 0.0})
+    if args.eval_every > 0:
+        emit({"step": 0, "val_acc": greedy_accuracy(model, tokenizer, val_rows), "train_min": 0.0})
+    optional = {
+        "weight_decay": args.weight_decay,
+        "lr_scheduler_type": args.lr_scheduler_type,
+        "gradient_checkpointing": None if args.gradient_checkpointing is None else args.gradient_checkpointing == "true",
+    }
     config = GRPOConfig(
-        output_dir=str(Path(args.cache_dir) / "trl_grpo_out"), per_device_train_batch_size=32, num_generations=8,
-        max_completion_length=16, learning_rate=args.learning_rate, beta=0.0, temperature=1.0, use_cpu=True,
-        use_vllm=False, bf16=False, report_to="none", max_steps=args.max_steps, logging_steps=1,
-        save_strategy="no", seed=args.seed,
+        output_dir=str(Path(args.cache_dir) / "trl_grpo_out"), per_device_train_batch_size=args.prompts * args.n,
+        num_generations=args.n, max_completion_length=args.response_length, learning_rate=args.learning_rate,
+        beta=0.0, temperature=1.0, use_cpu=True, use_vllm=False, bf16=False, report_to="none",
+        max_steps=args.max_steps, logging_steps=1, save_strategy="no", seed=args.seed,
+        **{key: value for key, value in optional.items() if value is not None},
     )
     trainer = GRPOTrainer(model=model, reward_funcs=arithmetic_reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[EvalCallback()])
+                          processing_class=tokenizer, callbacks=[StepTimer(), EvalCallback()])
     clock["since"] = time.time()
     trainer.train()
+    if args.eval_every <= 0:  # no evaluation callback kept the clock
+        clock["train_s"] = time.time() - clock["since"]
     emit({"summary": True, "minutes_to_target": clock["hit"], "target": args.target,
           "train_min": clock["train_s"] / 60, "steps": args.max_steps})
 

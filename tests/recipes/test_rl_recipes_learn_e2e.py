@@ -9,7 +9,7 @@ Learning, for every recipe (margins measured, see the recipes' READMEs, "Measure
     - greedy validation reward on the 8 held-out prompts: 0.0 at step 0, 1.0 at step 15 in every recipe;
       asserted +0.5. With ``optim.lr=0`` it stays 0.0.
     - sampled training reward ``critic/score/mean``, mean of steps 13–15 minus mean of steps 1–3: +0.051 (GSPO)
-      to +0.089 (REINFORCE++), +0.121 / +0.153 for PF-PPO in two runs (its batch is resampled towards high
+      to +0.089 (REINFORCE++), PF-PPO +0.057 with the script defaults (its batch is resampled towards high
       scores); asserted +0.025. With ``optim.lr=0`` (Dr.GRPO script) it is -0.003.
 
 Recipe evidence: what the metrics can show of the estimator / loss each recipe selects (each check's docstring).

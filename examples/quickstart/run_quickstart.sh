@@ -27,6 +27,7 @@ LR="${LR:-1e-5}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
 TEST_FREQ="${TEST_FREQ:-5}"
 DTYPE="${ROLLOUT_DTYPE:-float32}"
+RECOMPUTE_OLD_LOG_PROB="${RECOMPUTE_OLD_LOG_PROB:-False}"  # one on-policy update per step: no old-log-prob pass
 EXPERIMENT="${EXPERIMENT:-smollm2_grpo_seed${SEED}}"
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_AUTH_MODE=disabled RAY_DEDUP_LOGS=0
@@ -61,6 +62,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO" \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.actor.recompute_old_log_prob="$RECOMPUTE_OLD_LOG_PROB" \
     actor_rollout_ref.rollout.name=hf \
     actor_rollout_ref.rollout.dtype="$DTYPE" \
     actor_rollout_ref.rollout.n="$N" \

@@ -1,0 +1,185 @@
+"""GRPO end to end: hybridrl's ``main_ppo`` vs TRL's ``GRPOTrainer``, same model, prompts and settings.
+
+Both sides train on the quickstart's task (2-digit addition, the same parquet files and reward) with the
+same model folder (``tiny``: hybridrl's tiny Qwen2; ``smollm2``: the prepared SmolLM2-135M-Instruct), the
+same ``prompts × n`` completions per step, response length, AdamW (lr, weight decay, betas 0.9/0.999,
+constant schedule, grad clip 1.0), no KL term (TRL ``beta=0`` / ``use_kl_loss=False``), temperature 1,
+fp32, gradient checkpointing off, one optimizer step per generation batch, and the same number of torch
+threads (hybridrl: one worker with ``OMP_NUM_THREADS``; TRL: ``torch.set_num_threads``). Each runs as
+its own subprocess; per-step wall times come from hybridrl's file logger (``timing_s/step``) and TRL's
+step callback. The first step of each is dropped (warm-up); medians over the rest.
+
+Like TRL with one update per generation, hybridrl skips the separate old-log-prob forward
+(``actor.recompute_old_log_prob=False``, the quickstart's setting); ``--recompute-old-log-prob`` turns it back on.
+
+With ``--val-every K`` both also report greedy held-out accuracy every K steps and the training minutes
+(validation excluded) to reach ``--target`` (the issue's 72.7%).
+
+    python scripts/bench/bench_grpo_vs_trl.py --models tiny,smollm2 --steps 6 --out grpo_vs_trl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_common import emit_json, headline, log, summarize  # noqa: E402
+from hybridrl_runs import GRPOShape, main_ppo_overrides, quickstart_assets, run_main_ppo  # noqa: E402
+
+
+def drop_warmup(step_seconds: dict[int, float]) -> list[float]:
+    """Step times without the first step (or all of them when there is only one)."""
+    steps = sorted(step_seconds)
+    kept = [step_seconds[s] for s in steps[1:]]
+    return kept or [step_seconds[s] for s in steps]
+
+
+def minutes_to_target(val: dict[int, float], step_seconds: dict[int, float], target: float) -> float | None:
+    """Training minutes (sum of step times up to the first validated step reaching ``target``), or None."""
+    hit = next((step for step in sorted(val) if val[step] >= target), None)
+    if hit is None:
+        return None
+    return sum(seconds for step, seconds in step_seconds.items() if step <= hit) / 60.0
+
+
+def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str) -> dict:
+    """hybridrl main_ppo on one worker; per-step times and (with --val-every) validation accuracy."""
+    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0}
+    overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, 1, out_dir, args.val_every, extra)
+    run = run_main_ppo(overrides, out_dir, args.threads)
+    if run.returncode != 0:
+        return {"error": f"main_ppo exit {run.returncode}", "tail": run.tail}
+    step_seconds = run.train_step_seconds()
+    val = run.series("val-core/arithmetic/reward/mean@1")
+    return {"wall_s": run.wall_s, "step_seconds": step_seconds, "val_acc": val, "stage_medians_s": run.stage_medians(),
+            "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None}
+
+
+def trl_command(model_dir: str, shape: GRPOShape, args: argparse.Namespace, jsonl: str) -> list[str]:
+    """The TRL side: ``trl_grpo_quickstart.py`` with hybridrl's settings, its JSON lines into ``jsonl``."""
+    return [
+        args.trl_python, str(HERE / "trl_grpo_quickstart.py"), "--cache_dir", args.cache_dir, "--out", jsonl,
+        "--model_dir", model_dir, "--max_steps", str(args.steps), "--eval_every", str(args.val_every),
+        "--learning_rate", str(shape.lr), "--weight_decay", str(shape.weight_decay),
+        "--lr_scheduler_type", "constant", "--gradient_checkpointing", "true" if shape.grad_ckpt else "false",
+        "--prompts", str(shape.prompts), "--n", str(shape.n), "--response_length", str(shape.response_length),
+        "--seed", str(shape.seed), "--target", str(args.target), "--threads", str(args.threads), "--step_times",
+    ]
+
+
+def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str) -> dict:
+    """TRL GRPOTrainer in a subprocess; reads the JSON lines it appends to ``out_dir/trl.jsonl``."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    jsonl = Path(out_dir) / "trl.jsonl"
+    jsonl.parent.mkdir(parents=True, exist_ok=True)
+    jsonl.unlink(missing_ok=True)
+    start = time.perf_counter()
+    proc = subprocess.run(trl_command(model_dir, shape, args, str(jsonl)), env=env, capture_output=True,
+                          text=True, timeout=args.timeout)
+    wall_s = time.perf_counter() - start
+    if proc.returncode != 0 or not jsonl.exists():
+        return {"error": f"TRL exit {proc.returncode}", "tail": proc.stdout[-1500:] + proc.stderr[-3000:]}
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    step_seconds = {row["step"]: row["step_s"] for row in rows if "step_s" in row}
+    val = {row["step"]: row["val_acc"] for row in rows if "val_acc" in row}
+    summary = next((row for row in rows if row.get("summary")), {})
+    return {"wall_s": wall_s, "step_seconds": step_seconds, "val_acc": val,
+            "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None,
+            "trl_reported_minutes_to_target": summary.get("minutes_to_target")}
+
+
+def add_rates(record: dict, samples_per_step: int) -> dict:
+    """Adds step-time stats and samples/s (median step) to a finished side's record."""
+    if "error" in record or not record.get("step_seconds"):
+        record.setdefault("error", "no step times")
+        return record
+    stats = summarize(drop_warmup(record["step_seconds"]))
+    record.update(step_s=stats, samples_per_s=samples_per_step / stats["median"])
+    return record
+
+
+def bench_model(model: str, args: argparse.Namespace, out_root: str) -> dict:
+    model_dir, data_dir = quickstart_assets(model, args.cache_dir)
+    shape = GRPOShape(prompts=args.prompts, n=args.n, response_length=args.response_len, lr=args.lr,
+                      weight_decay=args.weight_decay, micro=args.micro, seed=args.seed,
+                      recompute_old_log_prob=args.recompute_old_log_prob)
+    log(f"{model}: hybridrl main_ppo, {args.steps} steps of {shape.samples_per_step} samples")
+    hybrid = add_rates(run_hybridrl(model_dir, data_dir, shape, args, os.path.join(out_root, model)),
+                       shape.samples_per_step)
+    log(f"{model}: hybridrl {hybrid.get('step_s', hybrid.get('error'))}, stages {hybrid.get('stage_medians_s')}")
+    log(f"{model}: TRL GRPOTrainer, {args.steps} steps")
+    trl = add_rates(run_trl(model_dir, shape, args, os.path.join(out_root, f"{model}_trl")), shape.samples_per_step)
+    log(f"{model}: TRL {trl.get('step_s', trl.get('error'))}")
+    return {"model": model, "model_dir": model_dir, "samples_per_step": shape.samples_per_step,
+            "hybridrl": hybrid, "trl": trl}
+
+
+def headlines(records: list[dict]) -> list[dict]:
+    rows = []
+    for record in records:
+        hybrid, trl = record["hybridrl"], record["trl"]
+        target = 2.0 if record["model"] == "smollm2" else None  # the issue's target is on SmolLM2-135M
+        rows.append(headline("grpo_vs_trl", f"{record['model']}: GRPO samples/s", hybrid.get("samples_per_s"),
+                             "samples/s", "TRL GRPOTrainer", trl.get("samples_per_s"), target=target,
+                             note=_note(hybrid, trl)))
+        if hybrid.get("minutes_to_target") is not None or trl.get("minutes_to_target") is not None:
+            rows.append(headline("grpo_vs_trl", f"{record['model']}: training minutes to target accuracy",
+                                 hybrid.get("minutes_to_target"), "min", "TRL GRPOTrainer",
+                                 trl.get("minutes_to_target"), target=1.0, higher_is_better=False))
+    return rows
+
+
+def _note(hybrid: dict, trl: dict) -> str:
+    parts = []
+    for name, side in (("hybridrl", hybrid), ("TRL", trl)):
+        parts.append(f"{name} {side['step_s']['median']:.2f} s/step" if "step_s" in side else
+                     f"{name}: {side.get('error')}")
+    return "; ".join(parts)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny,smollm2")
+    parser.add_argument("--steps", type=int, default=6, help="steps per side (the first is dropped)")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--response-len", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=5e-6, help="both sides (TRL's measured configuration)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="both sides (TRL's default)")
+    parser.add_argument("--micro", type=int, default=32, help="hybridrl micro-batch (TRL: whole batch)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
+    parser.add_argument("--recompute-old-log-prob", action="store_true",
+                        help="hybridrl: run the separate old-log-prob forward (verl's default)")
+    parser.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: speed only)")
+    parser.add_argument("--target", type=float, default=0.727)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--trl-python", default=sys.executable, help="python with trl installed")
+    parser.add_argument("--timeout", type=float, default=7200)
+    parser.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~/.cache"), "hybridrl"))
+    parser.add_argument("--out", default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory() as out_root:
+        records = [bench_model(model, args, out_root) for model in args.models.split(",") if model]
+    result = {"benchmark": "grpo_vs_trl", "settings": {k: v for k, v in vars(args).items() if k != "out"},
+              "records": records, "headline": headlines(records)}
+    emit_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The benchmark suite's pure helpers: medians, ratios, FLOP/MFU arithmetic, target checks, markdown tables,
+the variable-length batch and the step batches the controller benchmark dispatches."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench_common import (
+    headline,
+    markdown_table,
+    matmul_flops,
+    median,
+    mfu,
+    ratio,
+    sample_lengths,
+    summarize,
+    target_check,
+    time_calls,
+    training_flops,
+)
+
+
+def test_median_and_summary_drop_the_warmup():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    stats = summarize([100.0, 3.0, 1.0, 2.0], warmup=1)  # the 100 s warm-up is dropped
+    assert stats == {"median": 2.0, "min": 1.0, "max": 3.0, "repeats": 3}
+    with pytest.raises(ValueError, match="empty"):
+        median([])
+    with pytest.raises(ValueError, match="nothing to summarize"):
+        summarize([1.0], warmup=1)
+
+
+def test_time_calls_runs_warmup_plus_repeats_and_returns_repeats():
+    calls = []
+    seconds = time_calls(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 5 and len(seconds) == 3 and all(s >= 0 for s in seconds)
+    with pytest.raises(ValueError, match="repeats"):
+        time_calls(lambda: None, repeats=0)
+
+
+def test_ratio_handles_missing_and_zero_peers():
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(None, 2.0) is None and ratio(3.0, None) is None and ratio(3.0, 0.0) is None
+
+
+def test_flop_and_mfu_arithmetic():
+    assert matmul_flops(2, 3, 4) == 48  # 2·m·n·k
+    assert training_flops(params=1_000, tokens=10) == 60_000  # 6·N·T
+    # 6 · 1e6 params · 1000 tokens = 6e9 FLOPs in 2 s = 3e9 FLOP/s against a 1e10 peak
+    assert math.isclose(mfu(1_000_000, 1_000, 2.0, 1e10), 0.3)
+    assert math.isclose(mfu(1_000_000, 1_000, 2.0, 1e10, flops_per_param_token=2.0), 0.1)  # forward only
+    assert mfu(1, 1, 0.0, 1e10) is None and mfu(1, 1, 1.0, 0.0) is None
+
+
+def test_target_check_higher_and_lower_is_better():
+    assert target_check(3.0, 2.0) == {"target": 2.0, "met": True, "of_target": 1.5}
+    assert target_check(1.0, 2.0)["met"] is False
+    lower = target_check(0.05, 0.10, higher_is_better=False)  # overhead share: lower is better
+    assert lower["met"] is True and math.isclose(lower["of_target"], 2.0)
+    assert target_check(None, 2.0) == {"target": 2.0, "met": None, "of_target": None}
+
+
+def test_headline_checks_the_ratio_or_the_value():
+    row = headline("grpo", "samples/s", 6.0, "samples/s", "TRL", 2.0, target=2.0)
+    assert row["ratio"] == 3.0 and row["met"] is True and row["target"] == "ratio >= 2"
+    share = headline("controller", "overhead", 0.2, "share", target=0.1, target_on="value", higher_is_better=False)
+    assert share["ratio"] is None and share["met"] is False and math.isclose(share["of_target"], 0.5)
+    assert "target" not in headline("train", "x", 1.0, "tok/s", "peer", 1.0)
+    with pytest.raises(ValueError, match="target_on"):
+        headline("b", "f", 1.0, "u", target=1.0, target_on="peer")
+
+
+def test_markdown_table_formats_cells():
+    text = markdown_table([{"a": 1.23456, "b": None, "c": True}, {"a": 7, "b": "x|y"}], ["a", "b", "c"], ["A", "B", "C"])
+    assert text.splitlines() == ["| A | B | C |", "|---|---|---|", "| 1.23 | – | yes |", "| 7 | x\\|y | – |"]
+    with pytest.raises(ValueError, match="headers"):
+        markdown_table([], ["a"], ["A", "B"])
+
+
+def test_sample_lengths_distribution():
+    lengths = sample_lengths(1000, max_len=64, min_len=8, full_share=0.25, seed=0)
+    assert len(lengths) == 1000 and min(lengths) >= 8 and max(lengths) == 64
+    full = sum(length == 64 for length in lengths) / 1000
+    assert 0.2 < full < 0.32  # 25% cut at the limit + the uniform part's own share of 64
+    assert lengths == sample_lengths(1000, 64, 8, 0.25, seed=0)  # deterministic
+    assert sample_lengths(5, 4, 4) == [4] * 5
+    with pytest.raises(ValueError, match="min_len"):
+        sample_lengths(3, max_len=4, min_len=5)
+
+
+def test_train_batch_is_left_padded_prompts_and_right_padded_responses():
+    from bench_train import build_batch
+
+    data = build_batch(batch=6, prompt_len=8, response_len=5, full_share=0.5, vocab=100, pad_id=0, seed=1)
+    mask = data.batch["attention_mask"]
+    assert mask.shape == (6, 13) and data.batch["responses"].shape == (6, 5)
+    for row in mask.tolist():
+        prompt, response = row[:8], row[8:]
+        assert prompt == sorted(prompt) and prompt[-1] == 1  # left padding, the prompt ends at the boundary
+        assert response == sorted(response, reverse=True) and response[0] == 1  # EOS at different positions
+    assert (data.batch["input_ids"][mask == 0] == 0).all()
+    assert (data.batch["advantages"][data.batch["response_mask"] == 0] == 0).all()
+    assert len({int(n) for n in mask.sum(-1)}) > 1  # variable lengths
+
+
+def test_controller_step_batches_have_the_trainer_keys_and_sizes():
+    from bench_controller import step_batches
+
+    batches = step_batches(rows=8, prompt_len=10, response_len=4)
+    gen, full = batches["gen"], batches["full"]
+    assert gen.batch["input_ids"].shape == (8, 10) and len(gen.non_tensor_batch["raw_prompt_ids"]) == 8
+    assert full.batch["input_ids"].shape == (8, 14) and full.batch["advantages"].shape == (8, 4)
+    assert full.non_tensor_batch["prompt"].shape == (8,)  # lists stay one object per row
+    chunks = full.chunk(2)
+    assert [len(c) for c in chunks] == [4, 4]
+
+
+def test_controller_step_calls_follow_the_trainer_order():
+    from bench_controller import step_batches, step_calls
+
+    batches = step_batches(rows=4, prompt_len=3, response_len=2)
+    assert list(step_calls(batches, with_ref=False, with_old_log_prob=False)) == ["generate_sequences", "update_actor"]
+    calls = step_calls(batches, with_ref=True, with_old_log_prob=True)
+    assert list(calls) == ["generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor"]
+    assert calls["generate_sequences"] is batches["gen"] and calls["update_actor"] is batches["full"]
+
+
+def test_grpo_helpers_drop_warmup_and_find_minutes_to_target():
+    from bench_grpo_vs_trl import drop_warmup, minutes_to_target
+
+    assert drop_warmup({1: 30.0, 2: 10.0, 3: 12.0}) == [10.0, 12.0]
+    assert drop_warmup({1: 30.0}) == [30.0]
+    val = {0: 0.1, 5: 0.5, 10: 0.8}
+    steps = {s: 6.0 for s in range(1, 11)}
+    assert minutes_to_target(val, steps, 0.7) == 1.0  # 10 steps of 6 s
+    assert minutes_to_target(val, steps, 0.9) is None
+
+
+def test_rollout_headlines_pair_hf_with_its_peers():
+    from run_all import rollout_headlines
+
+    records = [
+        {"model": "tiny", "dtype": "float32", "scenario": "eos", "engine": "hf", "useful_tokens_per_s": 300.0},
+        {"model": "tiny", "dtype": "float32", "scenario": "eos", "engine": "hf_generate", "useful_tokens_per_s": 100.0},
+        {"model": "tiny", "dtype": "float32", "scenario": "full", "engine": "hf", "useful_tokens_per_s": 200.0},
+        {"model": "tiny", "dtype": "float32", "scenario": "full", "engine": "vllm", "useful_tokens_per_s": 400.0},
+        {"model": "tiny", "engine": "vllm", "skipped": "vllm not importable"},
+    ]
+    rows = {row["figure"] + " vs " + row["peer"]: row for row in rollout_headlines(records)}
+    eos = rows["tiny float32 eos: hf rollout useful tokens/s vs hf_generate"]
+    assert eos["ratio"] == 3.0 and eos["met"] is True
+    full = rows["tiny float32 full: hf rollout useful tokens/s vs vllm"]
+    assert full["ratio"] == 0.5 and "met" not in full  # no target against vllm
+    assert len(rows) == 2

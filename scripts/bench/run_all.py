@@ -167,7 +167,7 @@ def markdown_report(report: dict[str, Any]) -> str:
     lines = [
         f"# hybridrl benchmarks ({'quick' if report['quick'] else 'full'} mode)\n",
         f"- machine: {machine['cpu']}, {machine['cores']} cores ({', '.join(machine['isa'])}), "
-        f"{machine['memory_gb']} GiB; torch {machine['torch']}, {machine['threads']} threads",
+        f"{machine['memory_gb']} GiB; torch {machine['torch']}, {machine['threads']} thread(s)",
         f"- date: {machine['date']}; load average at start {fmt_load(machine['load_average'])}, "
         f"at end {fmt_load(report['load_average_end'])} (a load above the core count makes every figure noisy)",
         "- ratio = value / peer; `of target` >= 1 means the target is met\n",

@@ -67,12 +67,36 @@ def forward_response(
         else:
             per_token = _forward_packed(module, packed, next_tokens, token_fn, response_length)
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
-    kwargs = {"logits_to_keep": response_length + 1} if _keeps_logits(module) else {}
+    lead, trail = _all_padding_columns(attention_mask, response_length)
+    kept = response_length - trail  # R' response columns that hold a token in some row
+    columns = slice(lead, attention_mask.shape[1] - trail)
+    kwargs = {"logits_to_keep": kept + 1} if _keeps_logits(module) else {}
     output = module(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
+        input_ids=input_ids[:, columns],
+        attention_mask=attention_mask[:, columns],
+        position_ids=position_ids[:, columns],
+        use_cache=False,
+        **kwargs,
     )
-    logits = output.logits[:, -response_length - 1 : -1]  # [B, R, H]
-    return list(token_fn(logits, micro_batch["responses"]))
+    logits = output.logits[:, -kept - 1 : -1]  # [B, R', H]
+    per_token = token_fn(logits, micro_batch["responses"][:, :kept])
+    return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]  # [B, R], 0 past every response
+
+
+def _all_padding_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
+    """Leading and trailing columns of ``attention_mask [B, S]`` that are padding in every row.
+
+    The padded forward skips them: prompts left-padded to ``max_prompt_length`` and responses that all end
+    before ``R`` cost nothing. Causal attention makes the outputs on the other columns the same. At least one
+    response column is kept.
+    """
+    attended = attention_mask.bool().any(dim=0)  # [S]
+    if not bool(attended.any()):
+        return 0, 0
+    columns = attended.nonzero().flatten()
+    lead = int(columns[0])
+    trail = min(attention_mask.shape[1] - 1 - int(columns[-1]), response_length - 1)
+    return min(lead, attention_mask.shape[1] - response_length - 1), trail
 
 
 def _keeps_logits(module: nn.Module) -> bool:

@@ -1,5 +1,6 @@
-"""The LM head runs on response positions only (``logits_to_keep``): log-probs, entropies and gradients
-equal those of the full-logits forward, in the padded and the packed layout."""
+"""The LM head runs on response positions only (``logits_to_keep``) and the padded forward skips columns that
+are padding in every row: log-probs, entropies and gradients equal those of the full forward on valid tokens,
+in the padded and the packed layout."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from hybridrl.workers.actor.forward import _keeps_logits, forward_response
+from hybridrl.workers.actor.forward import _all_padding_columns, _keeps_logits, forward_response
 from tests.workers.actor.conftest import make_ppo_batch
 
 
@@ -27,14 +28,18 @@ def token_fn(logits, next_tokens):
     return [logprobs_from_logits(logits, next_tokens), entropy_from_logits(logits)]
 
 
+@pytest.mark.parametrize("shared_padding", [False, True])
 @pytest.mark.parametrize("use_remove_padding", [False, True])
-def test_response_only_head_matches_full_logits(tiny_model_dir, use_remove_padding):
+def test_response_only_head_matches_full_logits(tiny_model_dir, use_remove_padding, shared_padding):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     reference = FullLogitsOnly(model)
     assert _keeps_logits(model) and not _keeps_logits(reference)
-    batch = make_ppo_batch(batch_size=6, vocab=model.config.vocab_size).batch
+    batch = make_ppo_batch(batch_size=12, vocab=model.config.vocab_size).batch
+    if shared_padding:  # rows 2 and 11: prompts of 4/6 tokens, responses of 3 and 2 of 5: 2 + 2 columns skipped
+        batch = batch[torch.tensor([2, 11])]
+        assert _all_padding_columns(batch["attention_mask"], batch["responses"].shape[1]) == (2, 2)
     mask = batch["response_mask"].bool()
 
     fast = forward_response(model, batch, use_remove_padding, token_fn)
@@ -48,6 +53,8 @@ def test_response_only_head_matches_full_logits(tiny_model_dir, use_remove_paddi
     for got, want in zip(fast, full):
         assert got.shape == want.shape == mask.shape
         torch.testing.assert_close(got[mask], want[mask], rtol=1e-5, atol=1e-5)
+        if shared_padding and not use_remove_padding:
+            assert bool((got[:, -2:] == 0).all())  # skipped columns hold 0
     for got, param in zip(fast_grads, model.parameters()):
         torch.testing.assert_close(got, param.grad, rtol=1e-4, atol=1e-6)
 

@@ -69,7 +69,12 @@ def base_log_probs(model_dir: str, data: DataProto, model=None) -> torch.Tensor:
     with torch.no_grad():
         logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"])
     logits = logits.logits[:, -R - 1 : -1]
-    return torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
+    return valid(torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1), data)
+
+
+def valid(values: torch.Tensor, data: DataProto) -> torch.Tensor:
+    """``values [B, R]`` on the response tokens, 0 elsewhere (the worker skips columns padded in a micro-batch)."""
+    return values * data.batch["response_mask"][:, -values.shape[1] :]
 
 
 def _named(worker) -> dict[str, torch.Tensor]:
@@ -104,7 +109,7 @@ def lora_worker(tiny_model_dir):
 def test_update_changes_adapters_only_and_ref_stays_base(lora_worker, tiny_model_dir):
     worker = lora_worker
     expected_base = base_log_probs(tiny_model_dir, batch(3))
-    torch.testing.assert_close(worker.compute_ref_log_prob(batch(3)).batch["ref_log_prob"], expected_base)
+    torch.testing.assert_close(valid(worker.compute_ref_log_prob(batch(3)).batch["ref_log_prob"], batch(3)), expected_base)
     optimised = {id(p) for group in worker.actor_optimizer.param_groups for p in group["params"]}
     trainable = {id(p) for n, p in worker.actor_module.named_parameters() if ".lora_" in n}
     assert optimised == trainable  # only the adapters are in the optimizer
@@ -116,9 +121,9 @@ def test_update_changes_adapters_only_and_ref_stays_base(lora_worker, tiny_model
     assert changed and all(".lora_A." in n or ".lora_B." in n for n in changed)
     assert any(".lora_B." in n for n in changed)
     # the policy moved, the reference (adapters disabled) is still exactly the base model
-    policy = worker.compute_log_prob(batch(3)).batch["old_log_probs"]
+    policy = valid(worker.compute_log_prob(batch(3)).batch["old_log_probs"], batch(3))
     assert (policy - expected_base).abs().max() > 1e-4
-    torch.testing.assert_close(worker.compute_ref_log_prob(batch(3)).batch["ref_log_prob"], expected_base)
+    torch.testing.assert_close(valid(worker.compute_ref_log_prob(batch(3)).batch["ref_log_prob"], batch(3)), expected_base)
 
 
 def test_rollout_gets_merged_weights(lora_worker, tiny_model_dir):
@@ -139,7 +144,7 @@ def test_rollout_gets_merged_weights(lora_worker, tiny_model_dir):
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     plain.load_state_dict(merged)
     scored = out.union(DataProto.from_dict(tensors={"response_mask": out.batch["attention_mask"][:, -4:]}))
-    actor = worker.compute_log_prob(scored).batch["old_log_probs"]
+    actor = valid(worker.compute_log_prob(scored).batch["old_log_probs"], scored)
     global R
     saved_r, R = R, 4
     try:
@@ -156,7 +161,7 @@ def test_checkpoint_adapter_resume_and_merge(lora_worker, tiny_model_dir, tmp_pa
 
     worker = lora_worker
     probe = batch(9)
-    saved = worker.compute_log_prob(probe).batch["old_log_probs"]
+    saved = valid(worker.compute_log_prob(probe).batch["old_log_probs"], probe)
     ckpt = str(tmp_path / "global_step_3" / "actor")
     worker.save_checkpoint(ckpt, global_step=3)
     assert os.path.exists(os.path.join(ckpt, "lora_adapter", "adapter_config.json"))
@@ -168,9 +173,9 @@ def test_checkpoint_adapter_resume_and_merge(lora_worker, tiny_model_dir, tmp_pa
     torch.testing.assert_close(base_log_probs(tiny_model_dir, probe, peft_model), saved, rtol=1e-5, atol=1e-5)
     # resume: train on, load, and the policy is back bit for bit
     _update(worker, 5)
-    assert (worker.compute_log_prob(probe).batch["old_log_probs"] - saved).abs().max() > 1e-5
+    assert (valid(worker.compute_log_prob(probe).batch["old_log_probs"], probe) - saved).abs().max() > 1e-5
     worker.load_checkpoint(ckpt)
-    torch.testing.assert_close(worker.compute_log_prob(probe).batch["old_log_probs"], saved, rtol=0, atol=0)
+    torch.testing.assert_close(valid(worker.compute_log_prob(probe).batch["old_log_probs"], probe), saved, rtol=0, atol=0)
     # merger: a plain HF folder with the adapters merged in (+ the adapter copied beside it)
     target = merge(ckpt, str(tmp_path / "merged"))
     assert os.path.exists(os.path.join(target, "lora_adapter", "adapter_config.json"))
@@ -221,7 +226,7 @@ def test_two_rank_fsdp2_lora(tiny_model_dir):
     assert results[0]["trainable"] == results[1]["trainable"]
     assert all(".lora_" in n for n in results[0]["trainable"])
     ref = torch.cat([r["ref"] for r in results])
-    torch.testing.assert_close(ref, base_log_probs(tiny_model_dir, batch(3)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(valid(ref, batch(3)), base_log_probs(tiny_model_dir, batch(3)), rtol=1e-5, atol=1e-5)
     policy = torch.cat([r["policy"] for r in results])
     assert (policy - ref).abs().max() > 1e-4  # the adapters trained
     assert torch.cat([r["responses"] for r in results]).shape == (4, 4)

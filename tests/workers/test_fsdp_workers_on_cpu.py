@@ -259,3 +259,24 @@ def test_fsdp1_strategy_matches_fsdp2_update(tiny_model_dir):
     (norm_fsdp1, lp_fsdp1), (norm_fsdp2, lp_fsdp2) = results
     assert norm_fsdp1 == pytest.approx(norm_fsdp2, rel=1e-5)
     torch.testing.assert_close(lp_fsdp1, lp_fsdp2, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_mixed_precision_actor_gives_fp32_log_probs_close_to_fp32(tiny_model_dir):
+    """``+fsdp_config.mixed_precision.param_dtype=bf16`` on CPU (the quickstart's speed setting): matmuls in bf16,
+    log-softmax in fp32 (as verl's fused cross-entropy), master weights fp32; log-probs stay close to fp32's."""
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    config = ppo_config(tiny_model_dir, "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
+    worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
+    worker.init_model()
+    data = ppo_batch(seed=3)
+    mask = data.batch["response_mask"].bool()
+    fp32 = hf_response_log_probs(tiny_model_dir, data.batch)
+    bf16 = worker.compute_log_prob(data).batch["old_log_probs"]
+    assert bf16.dtype == torch.float32
+    assert not torch.equal(bf16[mask], fp32[mask])  # the matmuls did run in bf16
+    torch.testing.assert_close(bf16[mask], fp32[mask], atol=0.1, rtol=0.02)
+    assert all(p.dtype == torch.float32 for p in worker.actor_module.parameters())  # fp32 master weights
+    data.batch["old_log_probs"] = bf16
+    metrics = worker.update_actor(data).meta_info["metrics"]
+    assert np.isfinite(metrics["actor/grad_norm"]).all() and metrics["actor/pg_loss"]

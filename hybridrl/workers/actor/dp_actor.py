@@ -134,7 +134,9 @@ class DataParallelPPOActor(BasePPOActor):
         """Returns ``(entropy [B, R] | None, log_probs [B, R])`` of the response tokens at ``temperature``."""
 
         def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
-            logits = logits / temperature  # not in place: logits may be a view needed for backward
+            # fp32 log-softmax under bf16 mixed precision (as verl's fused CE); not in place: logits may be a
+            # view needed for backward. A no-op copy-free path for fp32 logits.
+            logits = logits.float() / temperature
             outputs = [self._logprob_fn(logits, next_tokens)]
             if calculate_entropy:
                 if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():

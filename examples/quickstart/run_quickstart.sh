@@ -27,6 +27,7 @@ LR="${LR:-1e-5}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
 TEST_FREQ="${TEST_FREQ:-5}"
 DTYPE="${ROLLOUT_DTYPE:-float32}"
+TRAIN_DTYPE="${TRAIN_DTYPE:-bf16}"        # FSDP compute dtype of the actor (fp32 master weights, fp32 log-softmax)
 RECOMPUTE_OLD_LOG_PROB="${RECOMPUTE_OLD_LOG_PROB:-False}"  # one on-policy update per step: no old-log-prob pass
 EXPERIMENT="${EXPERIMENT:-smollm2_grpo_seed${SEED}}"
 
@@ -42,7 +43,7 @@ METRICS="$OUT/$EXPERIMENT.jsonl"
 rm -f "$METRICS"
 export VERL_FILE_LOGGER_PATH="$METRICS" TENSORBOARD_DIR="$OUT/tensorboard/$EXPERIMENT"
 MICRO="${MICRO:-16}"                      # samples per forward/backward micro-batch (memory: ~1 GB each)
-echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR seed=$SEED"
+echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR seed=$SEED train_dtype=$TRAIN_DTYPE"
 
 "$PYTHON" -m hybridrl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
@@ -63,6 +64,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.actor.recompute_old_log_prob="$RECOMPUTE_OLD_LOG_PROB" \
+    +actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$TRAIN_DTYPE" \
     actor_rollout_ref.rollout.name=hf \
     actor_rollout_ref.rollout.dtype="$DTYPE" \
     actor_rollout_ref.rollout.n="$N" \

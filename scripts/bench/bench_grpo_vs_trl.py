@@ -55,6 +55,8 @@ def minutes_to_target(val: dict[int, float], step_seconds: dict[int, float], tar
 def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str) -> dict:
     """hybridrl main_ppo on one worker; per-step times and (with --val-every) validation accuracy."""
     extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0}
+    if args.train_dtype != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
+        extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = args.train_dtype
     overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, 1, out_dir, args.val_every, extra)
     run = run_main_ppo(overrides, out_dir, args.threads)
     if run.returncode != 0:
@@ -161,6 +163,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--recompute-old-log-prob", action="store_true",
                         help="hybridrl: run the separate old-log-prob forward (verl's default)")
+    parser.add_argument("--train-dtype", default="fp32", choices=["fp32", "bf16"],
+                        help="hybridrl actor compute dtype (TRL stays fp32, as measured in the issue)")
     parser.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: speed only)")
     parser.add_argument("--target", type=float, default=0.727)
     parser.add_argument("--seed", type=int, default=1)

@@ -155,7 +155,7 @@ def run_sft(work_dir: Path, model_dir: Path, data_dir: Path, args: argparse.Name
 def grpo_args(model_dir: Path, data_dir: Path, work_dir: Path, args: argparse.Namespace) -> list[str]:
     """GRPO on 2 CPU workers: 16 prompts × 8 samples per step, sampled validation before and after."""
     values = {
-        "algorithm.adv_estimator": "grpo",
+        "algorithm.adv_estimator": args.adv_estimator,
         "algorithm.use_kl_in_reward": False,
         "data.train_files": f"{data_dir}/rl_train.parquet",
         "data.val_files": f"{data_dir}/rl_val.parquet",
@@ -237,6 +237,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sft_steps", type=int, default=150)
     parser.add_argument("--sft_lr", type=float, default=3e-3)
     parser.add_argument("--grpo_steps", type=int, default=25)
+    parser.add_argument("--adv_estimator", default="grpo",
+                        help="RL stage's algorithm.adv_estimator (e.g. remax: a greedy baseline per prompt)")
     parser.add_argument("--grpo_lr", type=float, default=6e-4)
     parser.add_argument("--grpo_warmup_steps", type=int, default=5)
     parser.add_argument("--val_every", type=int, default=0, help="GRPO validation period (0: at the end only)")

@@ -19,7 +19,19 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PackedBatch", "pack_sequences", "pad_input", "unpad_input"]
+__all__ = ["PackedBatch", "all_padding_columns", "pack_sequences", "pad_input", "unpad_input"]
+
+
+def all_padding_columns(attention_mask: torch.Tensor) -> tuple[int, int]:
+    """``(leading, trailing)`` numbers of columns of ``attention_mask [B, S]`` that are padding in every row.
+
+    ``(0, 0)`` when no row attends anything.
+    """
+    attended = attention_mask.bool().any(dim=0)  # [S]
+    if not bool(attended.any()):
+        return 0, 0
+    columns = attended.nonzero().flatten()
+    return int(columns[0]), attention_mask.shape[1] - 1 - int(columns[-1])
 
 
 def unpad_input(

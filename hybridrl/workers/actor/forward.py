@@ -19,6 +19,8 @@ Notation:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,7 +31,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from hybridrl.utils import ulysses
-from hybridrl.utils.padding import pack_sequences
+from hybridrl.utils.padding import all_padding_columns, pack_sequences
 
 __all__ = ["forward_response", "restore_order", "split_micro_batches"]
 
@@ -84,19 +86,14 @@ def forward_response(
 
 
 def _all_padding_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
-    """Leading and trailing columns of ``attention_mask [B, S]`` that are padding in every row.
+    """Leading and trailing columns of ``attention_mask [B, S]`` the padded forward skips.
 
-    The padded forward skips them: prompts left-padded to ``max_prompt_length`` and responses that all end
-    before ``R`` cost nothing. Causal attention makes the outputs on the other columns the same. At least one
-    response column is kept.
+    They are padding in every row: prompts left-padded to ``max_prompt_length`` and responses that all end
+    before ``R`` cost nothing. Causal attention makes the outputs on the other columns the same. The last
+    prompt column and at least one response column are kept.
     """
-    attended = attention_mask.bool().any(dim=0)  # [S]
-    if not bool(attended.any()):
-        return 0, 0
-    columns = attended.nonzero().flatten()
-    lead = int(columns[0])
-    trail = min(attention_mask.shape[1] - 1 - int(columns[-1]), response_length - 1)
-    return min(lead, attention_mask.shape[1] - response_length - 1), trail
+    lead, trail = all_padding_columns(attention_mask)
+    return min(lead, attention_mask.shape[1] - response_length - 1), min(trail, response_length - 1)
 
 
 def _keeps_logits(module: nn.Module) -> bool:
@@ -105,11 +102,15 @@ def _keeps_logits(module: nn.Module) -> bool:
     With it the LM head runs on the response positions only: on a 64-token prompt and a 16-token
     response that skips 80% of the ``[T, H] x [H, V]`` head matmul, in forward and backward.
     """
-    import inspect
-
     inner = getattr(module, "module", module)  # FSDP1 wraps; FSDP2 keeps the class
+    return _forward_takes_logits_to_keep(type(inner))
+
+
+@functools.cache
+def _forward_takes_logits_to_keep(model_class: type) -> bool:
+    """The signature check of :func:`_keeps_logits`, once per model class (it is asked every micro-batch)."""
     try:
-        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+        return "logits_to_keep" in inspect.signature(model_class.forward).parameters
     except (TypeError, ValueError):
         return False
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hybridrl.utils.padding import all_padding_columns
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
@@ -71,13 +72,6 @@ def sample_next_tokens(
         tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     log_probs = torch.log_softmax(logits / params.logprob_temperature, dim=-1)
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def _trim_shared_left_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """Drop leading columns that are padding in every row (``[B, P]`` → ``[B, P']``)."""
-    attended_cols = attention_mask.any(dim=0).nonzero()
-    first = int(attended_cols[0]) if attended_cols.numel() else 0
-    return input_ids[:, first:], attention_mask[:, first:]
 
 
 def _prefill_distinct_rows(
@@ -132,7 +126,8 @@ def decode_batch(
     """
     from transformers import DynamicCache
 
-    input_ids, attention_mask = _trim_shared_left_padding(input_ids, attention_mask)
+    lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
+    input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:]
     batch = input_ids.shape[0]
     attention_mask = attention_mask.long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)

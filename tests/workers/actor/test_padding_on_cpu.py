@@ -52,3 +52,12 @@ def test_packed_forward_isolates_sequences(tiny_model_dir):
         packed = model(input_ids=packed_ids, position_ids=positions, attention_mask=None, use_cache=False).logits
         alone = model(input_ids=second, use_cache=False).logits
     torch.testing.assert_close(packed[:, 3:], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_all_padding_columns_counts_shared_padding_on_both_sides():
+    from hybridrl.utils.padding import all_padding_columns
+
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
+    assert all_padding_columns(mask) == (1, 1)  # column 0 and column 5 are padding in both rows
+    assert all_padding_columns(torch.ones(2, 3)) == (0, 0)
+    assert all_padding_columns(torch.zeros(2, 3)) == (0, 0)

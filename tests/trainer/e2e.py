@@ -11,10 +11,10 @@ from pathlib import Path
 ASSETS = Path(__file__).parent / "assets"
 
 
-def grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, **overrides: object) -> list[str]:
-    """A small GRPO run on 2 CPU workers: 8 prompts × n=4 per step."""
-    args = {
-        "algorithm.adv_estimator": "grpo",
+def cpu_run_args(model_dir: str, data_dir: str, ckpt_dir: str) -> dict[str, object]:
+    """The settings every small CLI run shares: 8 prompts × n=4 per step on 2 CPU workers, hf rollout,
+    8-token responses, 2 steps, console + file loggers."""
+    return {
         "data.train_files": f"{data_dir}/train.parquet",
         "data.val_files": f"{data_dir}/test.parquet",
         "data.train_batch_size": 8,
@@ -23,9 +23,7 @@ def grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, **overrides: object)
         "data.dataloader_num_workers": 0,
         "actor_rollout_ref.model.path": model_dir,
         "actor_rollout_ref.model.enable_gradient_checkpointing": False,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8,
-        "actor_rollout_ref.actor.use_kl_loss": True,
         "actor_rollout_ref.actor.optim.lr": 1e-3,
         "actor_rollout_ref.rollout.name": "hf",
         "actor_rollout_ref.rollout.n": 4,
@@ -38,15 +36,29 @@ def grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, **overrides: object)
         "trainer.nnodes": 1,
         "trainer.total_epochs": 1,
         "trainer.total_training_steps": 2,
-        "trainer.test_freq": 2,
-        "trainer.save_freq": 2,
         "trainer.logger": "[console,file]",
         "trainer.default_local_dir": ckpt_dir,
         "trainer.project_name": "e2e",
         "trainer.experiment_name": "run",
     }
-    args.update(overrides)
-    return [f"{key}={value}" for key, value in args.items()]
+
+
+def as_overrides(args: dict[str, object], overrides: dict[str, object]) -> list[str]:
+    """``key=value`` Hydra overrides of ``args`` updated with ``overrides``."""
+    return [f"{key}={value}" for key, value in {**args, **overrides}.items()]
+
+
+def grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, **overrides: object) -> list[str]:
+    """A small GRPO run on 2 CPU workers: 8 prompts × n=4 per step."""
+    args = {
+        "algorithm.adv_estimator": "grpo",
+        **cpu_run_args(model_dir, data_dir, ckpt_dir),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+        "actor_rollout_ref.actor.use_kl_loss": True,
+        "trainer.test_freq": 2,
+        "trainer.save_freq": 2,
+    }
+    return as_overrides(args, overrides)
 
 
 def ppo_overrides(model_dir: str) -> dict[str, object]:

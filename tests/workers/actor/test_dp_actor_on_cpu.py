@@ -221,3 +221,19 @@ def test_two_epochs_two_mini_batches_step_four_times(causal_lm, make_batch, make
 def test_reference_actor_refuses_update(causal_lm, make_batch, make_actor_config):
     with pytest.raises(RuntimeError, match="reference"):
         DataParallelPPOActor(make_actor_config(), causal_lm).update_policy(make_batch())
+
+
+def test_non_finite_grad_norm_skips_the_mini_batch_step_and_counts_it(causal_lm, make_batch, make_actor_config):
+    """A NaN advantage gives a NaN loss and grad norm: that mini-batch's step is skipped (weights unchanged),
+    the skip is counted on the optimizer, and the NaN grad norm is reported in the metrics (verl logs it)."""
+    data = make_batch(batch_size=4)
+    data.batch["advantages"][0, 0] = float("nan")
+    config = make_actor_config(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=2)  # 2 mini-batches
+    model = copy.deepcopy(causal_lm)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    metrics = DataParallelPPOActor(config, model, optimizer).update_policy(data)
+    first, second = metrics["actor/grad_norm"]
+    assert first != first and second == second and second > 0  # NaN (skipped), then a finite, taken step
+    assert optimizer.num_skipped_steps == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert _max_param_diff(model, causal_lm) > 0  # the second mini-batch still stepped

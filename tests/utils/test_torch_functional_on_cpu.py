@@ -80,6 +80,31 @@ def test_logprobs_match_naive_log_softmax(shape: tuple[int, ...]) -> None:
     torch.testing.assert_close(tf.logprobs_from_logits_naive(logits, labels), expected)
 
 
+def test_logprobs_fp32_never_builds_a_full_log_softmax(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory-aware: fp32 logits [2, 7, 33] (14 rows) give log-probs without any [.., V] log-softmax copy,
+    and logsumexp only ever sees a block of at most ``row_chunk`` rows."""
+    generator = torch.Generator().manual_seed(7)
+    logits = torch.randn(2, 7, 33, generator=generator)
+    labels = torch.randint(0, 33, (2, 7), generator=generator)
+    expected = F.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+    def no_log_softmax(*args: object, **kwargs: object) -> torch.Tensor:
+        raise AssertionError("fp32 log-probs must not materialise a full log_softmax")
+
+    seen_rows: list[int] = []
+    real_logsumexp = torch.logsumexp
+
+    def recording_logsumexp(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen_rows.append(x.reshape(-1, x.shape[-1]).shape[0])
+        return real_logsumexp(x, *args, **kwargs)
+
+    monkeypatch.setattr(F, "log_softmax", no_log_softmax)
+    monkeypatch.setattr(torch, "logsumexp", recording_logsumexp)
+    torch.testing.assert_close(tf.logprobs_from_logits_v2(logits, labels, row_chunk=4), expected)
+    assert seen_rows == [4, 4, 4, 2]  # 14 rows in blocks of 4
+    torch.testing.assert_close(tf.logprobs_from_logits(logits, labels), expected)
+
+
 def test_logprobs_bf16_within_tolerance_and_keeps_dtype() -> None:
     generator = torch.Generator().manual_seed(1)
     logits = torch.randn(4, 6, 128, generator=generator)

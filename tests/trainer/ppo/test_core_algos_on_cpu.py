@@ -41,6 +41,15 @@ def test_agg_loss_hand_computed(mode, scale, expected):
     assert agg_loss(LOSS, MASK, mode, loss_scale_factor=scale).item() == pytest.approx(expected, abs=ATOL)
 
 
+def test_seq_mean_token_sum_norm_divides_by_padded_length_not_by_tokens_or_rows():
+    # one extra padding column: T = 4, while valid tokens = 3 and B = 2
+    loss = torch.cat([LOSS, torch.full((2, 1), 100.0)], dim=1)
+    mask = torch.cat([MASK, torch.zeros(2, 1)], dim=1)
+    # (1 + 2) + 4 = 7 over T = 4 → 1.75 (token-mean would give 7/3, seq-mean-token-sum 3.5)
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(1.75, abs=ATOL)
+    assert agg_loss(loss, mask, "token-mean").item() == pytest.approx(7 / 3, abs=ATOL)
+
+
 def test_agg_loss_seq_modes_average_over_all_rows_as_v050():
     loss = torch.tensor([[2.0, 2.0], [9.0, 9.0]])
     mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])  # second row fully masked

@@ -7,6 +7,7 @@ a read-only filesystem outside the work dir and a private /proc. Each test says 
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -30,6 +31,19 @@ def test_isolation_mechanism_is_reported():
     assert mechanism in ("netns", "none")
     print(f"code sandbox isolation on this machine: {mechanism}")
     assert run_python("print(1)").isolation == mechanism
+
+
+def test_netns_is_used_whenever_the_kernel_allows_user_and_net_namespaces():
+    """Independent probe (plain ``unshare`` of user + net namespaces): if it works, the sandbox must not fall back."""
+    prefix = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
+    try:
+        allowed = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        allowed = False
+    print(f"user+net namespaces allowed: {allowed}; sandbox isolation: {isolation()}")
+    if not allowed:
+        pytest.skip("this kernel refuses user+net namespaces: the documented fallback (isolation 'none') applies")
+    assert isolation() == "netns"
 
 
 def test_passing_program_scores_one():
@@ -125,6 +139,8 @@ def test_socket_connect(tmp_path):
         "except OSError as e:\n    print('blocked', e.errno)"
     )
     result = run_python(code)
+    print(f"socket test: isolation mechanism = {result.isolation}, child said {result.stdout.strip()!r}")
+    assert result.isolation == isolation()
     if isolation() == "netns":
         assert result.stdout.startswith("blocked"), result.stdout  # no route: only a down loopback exists
     else:

@@ -55,6 +55,20 @@ def test_naive_score_on_last_valid_token(tokenizer, batch):
     assert torch.equal(reward, expected)
 
 
+def test_reward_fn_key_picks_the_column_passed_as_data_source(tokenizer, batch):
+    # data.reward_fn_key: the scorer's data_source comes from that non-tensor column
+    batch.non_tensor_batch["task"] = batch.non_tensor_batch["data_source"].copy()
+    batch.non_tensor_batch["task"][:] = ["a", "b", "c"]
+    seen = []
+
+    def scorer(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append(data_source)
+        return 1.0
+
+    NaiveRewardManager(tokenizer, 0, compute_score=scorer, reward_fn_key="task")(batch)
+    assert seen == ["a", "b", "c"]
+
+
 def dict_scorer(data_source, solution_str, ground_truth, extra_info=None):
     return {
         "score": 0.5 if ground_truth in solution_str else -0.5,
@@ -106,7 +120,7 @@ def test_on_error_zero_logs_and_scores_zero(tokenizer, batch, caplog):
 @pytest.mark.parametrize("bad", [None, math.nan, float("inf"), "1.0", {"no_score": 1}])
 def test_bad_return_values(tokenizer, batch, bad):
     manager = NaiveRewardManager(tokenizer, 0, compute_score=lambda **kw: bad)
-    with pytest.raises(RewardFunctionError, match="sample 0"):
+    with pytest.raises(RewardFunctionError, match=r"sample 0 \(data_source='arithmetic'\)"):
         manager(batch)
 
 

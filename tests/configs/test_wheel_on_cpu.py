@@ -54,8 +54,21 @@ def test_wheel_carries_configs_and_config_dir_finds_them(tmp_path):
         assert f"hybridrl/configs/{name}.yaml" in names
     assert "hybridrl/configs/additions_allowlist.txt" in names
 
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
+    site = tmp_path / "site"  # a real (non-editable) pip install of the wheel, not an unzip
+    install = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        "--target",
+        str(site),
+        str(wheel),
+    ]
+    subprocess.run(install, check=True, capture_output=True, timeout=300)
+    assert any(site.glob("hybridrl-*.dist-info"))
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}  # before the editable checkout on sys.path

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -64,6 +65,22 @@ def _set_driver_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def _load_driver_file(folder: str, name: str) -> Any:
+    """``torch.load`` a driver file; an unreadable (truncated, corrupt) one is a CheckpointError naming it.
+
+    ``weights_only=False``: the files hold numpy RNG state and sampler state written by this trainer itself.
+    """
+    path = os.path.join(folder, name)
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as error:  # noqa: BLE001 - pickle/zip errors of any kind mean "corrupt"
+        raise CheckpointError(
+            f"{path} is corrupt ({type(error).__name__}: {error}). Resume from an earlier step with "
+            "trainer.resume_mode=resume_path trainer.resume_from_path=<folder>, or start over with "
+            "trainer.resume_mode=disable"
+        ) from error
+
+
 class CheckpointMixin:
     config: Any
 
@@ -108,8 +125,13 @@ class CheckpointMixin:
         raise CheckpointError(f"trainer.resume_mode={mode!r}: expected one of auto, disable, resume_path")
 
     def _check_complete(self, folder: str) -> None:
-        required = [DATALOADER_STATE_FILE, TRAINER_STATE_FILE, "actor"] + (["critic"] if self.use_critic else [])
+        """Every file the resume reads exists, and each worker component finished its save (its marker)."""
+        components = ["actor"] + (["critic"] if self.use_critic else [])
+        required = [DATALOADER_STATE_FILE, TRAINER_STATE_FILE, *components]
         missing = [name for name in required if not os.path.exists(os.path.join(folder, name))]
+        missing += [f"{name}/{COMPLETE_MARKER}" for name in components
+                    if os.path.isdir(os.path.join(folder, name))
+                    and not is_checkpoint_complete(os.path.join(folder, name))]
         if missing:
             raise CheckpointError(
                 f"checkpoint {folder} is incomplete (missing {missing}). Resume from an earlier step with "
@@ -128,14 +150,14 @@ class CheckpointMixin:
         self._check_complete(folder)
         global_steps = int(folder.rstrip("/").split("global_step_")[-1])
         print(f"[checkpoint] resuming from {folder} (global step {global_steps})", flush=True)
+        dataloader_state = _load_driver_file(folder, DATALOADER_STATE_FILE)  # read first: a corrupt file fails
+        state = _load_driver_file(folder, TRAINER_STATE_FILE)  # before any worker has loaded anything
         delete_after = self.config.trainer.get("del_local_ckpt_after_load", False)
         self.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"), del_local_after_load=delete_after)
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(folder, "critic"), del_local_after_load=delete_after)
-        dataloader_state = torch.load(os.path.join(folder, DATALOADER_STATE_FILE), weights_only=False)
         # Epoch-boundary safe: a state saved after an epoch's last batch starts the next epoch (not zero steps).
         load_dataloader_state(self.train_dataloader, dataloader_state)
-        state = torch.load(os.path.join(folder, TRAINER_STATE_FILE), weights_only=False)
         if self.kl_ctrl_in_reward is not None and state.get("kl_ctrl_value") is not None:
             self.kl_ctrl_in_reward.value = state["kl_ctrl_value"]
         _set_driver_rng_state(state["rng"])

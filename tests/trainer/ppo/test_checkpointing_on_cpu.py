@@ -1,0 +1,115 @@
+"""Driver-side checkpoint and resume (CheckpointMixin) with fake worker groups: resume_mode, trainer_state.pt
+(KL controller, driver RNG, dataloader position) and detection of a partial or corrupt latest checkpoint.
+The CLI e2e tests (tests/trainer/test_main_ppo_e2e.py) cover the same with real workers and SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from hybridrl.trainer.ppo.checkpointing import CheckpointError, CheckpointMixin
+from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
+from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
+from hybridrl.utils.config import compose_config
+from tests.recipes.fakes import common_overrides, make_trainer
+
+
+def _complete_component(path: str, *_args, **_kwargs) -> None:
+    """What a worker's save_checkpoint leaves behind: a component folder with its completeness marker."""
+    os.makedirs(path, exist_ok=True)
+    mark_complete(path)
+
+
+def _kl_trainer(model_dir, data_dir, tmp_path):
+    overrides = {**common_overrides(model_dir, data_dir, tmp_path), "algorithm.adv_estimator": "grpo",
+                 "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "adaptive",
+                 "algorithm.kl_ctrl.target_kl": 0.1, "algorithm.kl_ctrl.horizon": 100}
+    config = compose_config("ppo_trainer", [f"{k}={v}" for k, v in overrides.items()])
+    trainer = make_trainer(RayPPOTrainer, config, use_ref=True)
+    trainer.actor_rollout_wg.save_checkpoint = _complete_component
+    trainer.actor_rollout_wg.load_checkpoint = lambda *args, **kwargs: None
+    return trainer
+
+
+def _draws():
+    return random.random(), float(np.random.rand()), torch.rand(3)
+
+
+def test_trainer_state_restores_kl_controller_rng_and_dataloader_position(tiny_model_dir, arithmetic_data_dir,
+                                                                          tmp_path):
+    trainer = _kl_trainer(tiny_model_dir, arithmetic_data_dir, tmp_path)
+    batches = iter(trainer.train_dataloader)
+    next(batches)  # one step's batch consumed
+    trainer.global_steps = 1
+    trainer.kl_ctrl_in_reward.value = 0.0421  # as an adaptive controller leaves it after some steps
+    trainer._save_checkpoint()
+    expected_draws, expected_batch = _draws(), next(batches)["input_ids"]
+
+    fresh = _kl_trainer(tiny_model_dir, arithmetic_data_dir, tmp_path)
+    assert fresh.kl_ctrl_in_reward.value != 0.0421
+    random.seed(7), np.random.seed(7), torch.manual_seed(7)
+    assert fresh._load_checkpoint() == 1
+    assert fresh.kl_ctrl_in_reward.value == 0.0421
+    draws = _draws()
+    assert draws[:2] == expected_draws[:2] and torch.equal(draws[2], expected_draws[2])
+    assert torch.equal(next(iter(fresh.train_dataloader))["input_ids"], expected_batch)
+
+
+class _Driver(CheckpointMixin):
+    """The attributes CheckpointMixin reads, without a trainer."""
+
+    def __init__(self, root, mode="auto", path=None, use_critic=False):
+        self.config = OmegaConf.create({"trainer": {"default_local_dir": str(root), "resume_mode": mode,
+                                                    "resume_from_path": path}})
+        self.use_critic = use_critic
+
+
+def _step_folder(root, step: int, components=("actor",), complete=True) -> str:
+    folder = os.path.join(root, f"global_step_{step}")
+    for name in components:
+        os.makedirs(os.path.join(folder, name))
+        open(os.path.join(folder, name, "model_world_size_1_rank_0.pt"), "wb").close()
+        if complete:
+            mark_complete(os.path.join(folder, name))
+    torch.save({}, os.path.join(folder, "data.pt"))
+    torch.save({"rng": None}, os.path.join(folder, "trainer_state.pt"))
+    write_checkpoint_tracker(str(root), step)
+    return folder
+
+
+def test_resume_mode_auto_disable_resume_path(tmp_path):
+    assert _Driver(tmp_path)._resolve_resume_folder() is None  # auto, no checkpoint yet: from scratch
+    folder = _step_folder(tmp_path, 2)
+    assert _Driver(tmp_path)._resolve_resume_folder() == folder
+    assert _Driver(tmp_path, "disable")._resolve_resume_folder() is None
+    other = _step_folder(tmp_path / "other", 1)
+    assert _Driver(tmp_path, "resume_path", other)._resolve_resume_folder() == other
+    with pytest.raises(CheckpointError, match="resume_from_path"):
+        _Driver(tmp_path, "resume_path", str(tmp_path))._resolve_resume_folder()
+    with pytest.raises(CheckpointError, match="resume_mode='sometimes'"):
+        _Driver(tmp_path, "sometimes")._resolve_resume_folder()
+
+
+def test_partial_or_corrupt_latest_checkpoint_is_reported(tmp_path):
+    partial = _step_folder(tmp_path, 2, components=("actor", "critic"), complete=False)
+    with pytest.raises(CheckpointError, match=r"global_step_2 is incomplete.*actor/checkpoint_complete.json"):
+        _Driver(tmp_path, use_critic=True)._load_checkpoint()
+    os.remove(os.path.join(partial, "data.pt"))
+    with pytest.raises(CheckpointError, match="data.pt"):
+        _Driver(tmp_path)._check_complete(partial)
+
+    folder = _step_folder(tmp_path / "corrupt", 3)
+    with open(os.path.join(folder, "data.pt"), "wb") as f:
+        f.write(b"PK\x03\x04 truncated")
+    with pytest.raises(CheckpointError, match="data.pt is corrupt"):
+        _Driver(tmp_path / "corrupt")._load_checkpoint()  # no worker group: it fails before any worker loads
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "latest_checkpointed_iteration.txt").write_text("2\x00")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        _Driver(tmp_path / "bad")._resolve_resume_folder()

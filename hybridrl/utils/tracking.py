@@ -36,10 +36,11 @@ def _numeric_items(data: dict[str, Any]) -> Iterable[tuple[str, float]]:
 
 
 def format_console_line(data: dict[str, Any], step: int) -> str:
-    """verl's console format: ``step:3 - actor/pg_loss:0.123 - ...`` (numbers only)."""
+    """verl's console format: ``step:3 - actor/pg_loss:0.123 - training/global_step:3.000 - ...`` (numbers only,
+    every one with 3 decimals as verl's ``concat_dict_to_str``; the step itself is an int)."""
     parts = [f"step:{step}"]
     for key, value in _numeric_items(data):
-        parts.append(f"{key}:{value:.3f}" if isinstance(value, float) else f"{key}:{value}")
+        parts.append(f"{key}:{value:.3f}")
     return " - ".join(parts)
 
 

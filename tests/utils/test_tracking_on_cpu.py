@@ -11,7 +11,7 @@ from hybridrl.utils.tracking import Tracking, format_console_line
 def test_console_line_is_verls_format(capsys):
     Tracking("p", "e", default_backend="console").log({"actor/pg_loss": 0.12345, "training/global_step": 3}, step=3)
     out = capsys.readouterr().out.strip()
-    assert out == "step:3 - actor/pg_loss:0.123 - training/global_step:3"
+    assert out == "step:3 - actor/pg_loss:0.123 - training/global_step:3.000"  # verl formats every number .3f
 
 
 def test_console_line_skips_non_numbers():

@@ -43,3 +43,29 @@ def test_need_reference_policy_and_reward_model():
     assert need_reference_policy(_cfg(**{"actor_rollout_ref.actor.use_kl_loss": True})) is True
     assert need_reward_model(_cfg()) is False and need_reward_model(_cfg(**{"reward_model.enable": True})) is True
     assert need_reward_model({Role.ActorRollout: object(), Role.RewardModel: object()}) is True  # verl's signature
+
+
+def _mapping(**over):
+    """main_ppo's (role → worker class, pool spec, role → pool) for a config with ``over`` applied."""
+    from hybridrl.trainer.ppo.task_runner import build_role_mapping
+
+    cfg = _cfg(**{"trainer.n_gpus_per_node": 2, "trainer.nnodes": 1, **over})
+    workers, spec, mapping = build_role_mapping(cfg)
+    assert set(workers) == set(mapping)
+    return spec, mapping
+
+
+def test_main_ppo_roles_and_pools_follow_the_config():
+    spec, mapping = _mapping()  # PPO: actor+rollout and critic colocated on the global pool
+    assert spec == {"global_pool": [2]}
+    assert mapping == {Role.ActorRollout: "global_pool", Role.Critic: "global_pool"}
+    with pytest.warns(UserWarning, match="critic.enable"):  # GRPO + KL loss: no critic, a reference policy
+        _, mapping = _mapping(**{"algorithm.adv_estimator": "grpo", "actor_rollout_ref.actor.use_kl_loss": True})
+    assert set(mapping) == {Role.ActorRollout, Role.RefPolicy}
+    _, mapping = _mapping(**{"algorithm.use_kl_in_reward": True})
+    assert mapping[Role.RefPolicy] == "global_pool"
+    spec, mapping = _mapping(**{"reward_model.enable": True})  # verl 0.5: the RM shares the global pool
+    assert spec == {"global_pool": [2]} and mapping[Role.RewardModel] == "global_pool"
+    spec, mapping = _mapping(**{"reward_model.enable": True, "reward_model.enable_resource_pool": True,
+                                "reward_model.n_gpus_per_node": 1, "reward_model.nnodes": 1})
+    assert spec == {"global_pool": [2], "reward_pool": [1]} and mapping[Role.RewardModel] == "reward_pool"

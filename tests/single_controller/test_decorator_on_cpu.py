@@ -72,6 +72,25 @@ def test_register_stores_attrs_under_verl_magic_name_and_keeps_async():
     assert asyncio.run(W().async_method(3)) == 6
 
 
+def test_materialize_futures_resolves_future_args_only_when_asked():
+    from hybridrl.protocol import DataProtoFuture
+
+    class W:
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def resolved(self, data, extra=None):
+            return type(data).__name__, type(extra).__name__
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL, materialize_futures=False)
+        def raw(self, data):
+            return type(data).__name__
+
+    def future():  # plain parts (no Ray refs): get() concatenates them
+        return DataProtoFuture.concat([make_proto(2), make_proto(2)])
+
+    assert W().resolved(future(), extra=future()) == ("DataProto", "DataProto")  # args and kwargs
+    assert W().raw(future()) == "DataProtoFuture"
+
+
 def test_register_rejects_bad_modes():
     with pytest.raises(TypeError, match="dispatch_mode"):
         register(dispatch_mode="DP_COMPUTE_PROTO")

@@ -104,6 +104,12 @@ def test_countdown_generator_targets_are_reachable(tmp_path, tokenizer):
     )
     rows = pq.read_table(str(tmp_path / "train.parquet")).to_pylist()
     assert len(rows) == 20
+    again = tmp_path / "again"  # fixed seed → identical files; another seed → other puzzles
+    load_script("countdown").main(["--train_size", "20", "--test_size", "5", "--seed", "1", "--local_dir", str(again)])
+    assert pq.read_table(str(again / "train.parquet")).to_pylist() == rows
+    other = tmp_path / "other"
+    load_script("countdown").main(["--train_size", "20", "--test_size", "5", "--seed", "2", "--local_dir", str(other)])
+    assert pq.read_table(str(other / "train.parquet")).to_pylist() != rows
     for row in rows[:5]:  # brute force: some left-fold of the numbers reaches the target
         gt = row["reward_model"]["ground_truth"]
         found = False

@@ -75,8 +75,10 @@ def ppo_clip_loss(
         loss ``[]`` = agg_loss(L); metrics: pg_clipfrac = mean_m[L2 > L1],
         ppo_kl = mean_m(log π_old − log π), pg_clipfrac_lower = mean_m[A < 0 and max(L1, L2) > −A c].
     """
-    if not clip_ratio_c > 1.0:
-        raise ValueError(f"actor_rollout_ref.actor.clip_ratio_c (dual-clip bound) must be > 1.0, got {clip_ratio_c}.")
+    if not clip_ratio_c > 1.0:  # AssertionError: the type verl 0.5 raises here (its tests expect it)
+        raise AssertionError(
+            f"actor_rollout_ref.actor.clip_ratio_c (dual-clip bound) must be > 1.0, got {clip_ratio_c}."
+        )
     log_ratio = torch.clamp(log_prob - old_log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     loss_unclipped = -advantages * ratio

@@ -45,7 +45,16 @@ def check_algorithm(config: DictConfig, use_reference_policy: bool, use_critic: 
     _check_kl(config, use_reference_policy, problems)
     _check_sampling(config, problems)
     _check_skip_old_log_prob(config, problems)
+    _check_dual_clip(config, problems)
     return problems
+
+
+def _check_dual_clip(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    """The dual-clip bound ``c`` caps the loss at ``−A·c`` for ``A < 0``; verl asserts ``c > 1`` in the loss."""
+    key = f"{ACTOR}.clip_ratio_c"
+    value = get(config, key)
+    if isinstance(value, (int, float)) and not value > 1.0:
+        problems.append(ConfigProblem(key, f"{value} must be > 1.0 (dual-clip PPO).", f"use verl's default {key}=3.0."))
 
 
 def _check_skip_old_log_prob(config: DictConfig, problems: list[ConfigProblem]) -> None:

@@ -93,7 +93,7 @@ def test_vanilla_gradient_hand_computed():
 
 
 def test_vanilla_rejects_bad_dual_clip_and_missing_config():
-    with pytest.raises(ValueError, match="clip_ratio_c"):
+    with pytest.raises(AssertionError, match="clip_ratio_c"):
         get_policy_loss_fn("vanilla")(
             VANILLA_OLD, VANILLA_LOGP, VANILLA_ADV, ONES, "token-mean", actor_config(clip_ratio_c=1.0)
         )

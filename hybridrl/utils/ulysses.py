@@ -35,6 +35,7 @@ __all__ = [
     "register_ulysses_attention",
     "sequence_parallel_group_of",
     "slice_for_rank",
+    "sp_token_budget",
     "ulysses_pad_and_slice_inputs",
 ]
 
@@ -84,6 +85,12 @@ def ulysses_pad_and_slice_inputs(
             position_ids = torch.cat([position_ids, extra], dim=1)
         sliced_pos = slice_for_rank(position_ids, sp_rank, sp_size, dim=1)
     return slice_for_rank(padded_ids, sp_rank, sp_size, dim=1), sliced_pos, pad
+
+
+def sp_token_budget(max_token_len: int | None, sp_size: int) -> int | None:
+    """Token budget of a dynamic-bsz micro-batch: ``max_token_len_per_gpu × sp`` (an SP group shares its
+    tokens, as verl); None (no budget configured) stays None."""
+    return max_token_len * sp_size if isinstance(max_token_len, int) else max_token_len
 
 
 def packed_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:

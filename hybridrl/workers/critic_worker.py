@@ -14,9 +14,11 @@ from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
 from hybridrl.utils.device import current_device, get_device_name
+from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
 from hybridrl.workers.config_utils import normalize_critic_batch_sizes, resolved_copy
 from hybridrl.workers.critic import DataParallelPPOCritic
+from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 from hybridrl.workers.worker_common import (
     ModelSpec,
     build_fsdp_module,
@@ -33,7 +35,10 @@ class CriticWorker(Worker):
 
     Args:
         config: the ``critic`` section (verl keys); copied, resolved and normalised per rank
-            (``ppo_mini_batch_size *= rollout_n; //= world_size``).
+            (``ppo_mini_batch_size *= rollout_n; //= dp_size``, ``dp_size = world / ulysses_sequence_parallel_size``).
+
+    With ``ulysses_sequence_parallel_size = sp > 1`` the ``sp`` ranks of an SP group gather their chunks,
+    each runs a ``1/sp`` slice of every packed sequence, and hands back its own rows (as the actor).
     """
 
     def __init__(self, config: Any) -> None:
@@ -42,6 +47,9 @@ class CriticWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         normalize_critic_batch_sizes(self.config, world_size, "critic")
+        sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
+        use_remove_padding = bool(self.config.model.get("use_remove_padding", False))
+        self.ulysses = UlyssesShardingManager(sp_group_from_config(sp_size, use_remove_padding, "critic"))
         self._checkpoint_manager: Any = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -59,6 +67,7 @@ class CriticWorker(Worker):
             config.get("strategy", "fsdp2"),
             "token_classification",
             True,
+            self.ulysses.group,
         )
         self.critic_module, self.hf_config = build_fsdp_module(spec, self._device_name)
         self.critic_optimizer = engine.build_optimizer(self.critic_module, config.optim)
@@ -82,20 +91,20 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values [B, R]`` (zero outside the response), with ``forward_micro_batch_size_per_gpu``."""
-        data = data.to(current_device())
+        data = self.ulysses.preprocess_data(data.to(current_device()))
         data.meta_info.update(
             micro_batch_size=self.config.get("forward_micro_batch_size_per_gpu"),
-            max_token_len=self.config.get("forward_max_token_len_per_gpu"),
+            max_token_len=sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
             use_dynamic_bsz=bool(self.config.get("use_dynamic_bsz", False)),
         )
         with self._on_device(with_optimizer=False):
             values = self.critic.compute_values(data)
-        return DataProto.from_dict(tensors={"values": values}).to("cpu")
+        return self.ulysses.postprocess_data(DataProto.from_dict(tensors={"values": values})).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-loss update; returns ``meta_info["metrics"]`` (critic/*, critic/lr, perf/*)."""
-        data = data.to(current_device())
+        data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
         with self._on_device(with_optimizer=True):
             metrics: dict[str, Any] = self.critic.update_critic(data)
             metrics.update(memory_metrics())

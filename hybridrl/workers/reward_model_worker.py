@@ -22,10 +22,12 @@ from hybridrl.single_controller.base.decorator import Dispatch, register
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.utils.padding import pack_sequences
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, postprocess_data
+from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
-from hybridrl.workers.actor.forward import restore_order, split_micro_batches
+from hybridrl.workers.actor.forward import forward_packed_all_positions, restore_order, split_micro_batches
 from hybridrl.workers.config_utils import normalize_reward_model_batch_sizes, resolved_copy
+from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 from hybridrl.workers.worker_common import ModelSpec, build_fsdp_module, init_worker_distributed
 
 __all__ = ["RewardModelWorker", "expand_to_token_level", "last_token_index"]
@@ -50,7 +52,8 @@ class RewardModelWorker(Worker):
     """Reward-model worker.
 
     Args:
-        config: the ``reward_model`` section (verl keys).
+        config: the ``reward_model`` section (verl keys). ``ulysses_sequence_parallel_size > 1`` (with
+            ``model.use_remove_padding``) slices each packed sequence over an SP group, as the actor and critic.
     """
 
     def __init__(self, config: Any) -> None:
@@ -59,6 +62,9 @@ class RewardModelWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         normalize_reward_model_batch_sizes(self.config, world_size)
+        sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
+        use_remove_padding = bool(self.config.model.get("use_remove_padding", False))
+        self.ulysses = UlyssesShardingManager(sp_group_from_config(sp_size, use_remove_padding, "reward_model"))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -76,6 +82,7 @@ class RewardModelWorker(Worker):
             self.config.get("strategy", "fsdp2"),
             "token_classification",
             False,
+            self.ulysses.group,
         )
         self.reward_module, _ = build_fsdp_module(spec, self._device_name)
         self.use_remove_padding = bool(model_config.get("use_remove_padding", False))
@@ -87,10 +94,10 @@ class RewardModelWorker(Worker):
         with torch.no_grad(), compute_dtype_context(self._device_name):
             if self.use_remove_padding:
                 packed = pack_sequences(input_ids, attention_mask, position_ids)
-                logits = self.reward_module(
-                    input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
-                ).logits
-                scores = packed.pad(logits.squeeze(0).squeeze(-1))  # [B, S]
+                (values,) = forward_packed_all_positions(
+                    self.reward_module, packed, lambda logits, _next: [logits.squeeze(-1)]
+                )
+                scores = packed.pad(values.squeeze(0))  # [B, S]
             else:
                 logits = self.reward_module(
                     input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
@@ -140,7 +147,7 @@ class RewardModelWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores [B, R]``: the sequence score on the last valid response token, zeros elsewhere."""
-        data = data.to(current_device())
+        data = self.ulysses.preprocess_data(data.to(current_device()))
         if self._switch_template:
             rm_data = self._switch_chat_template(data)
         else:
@@ -149,9 +156,10 @@ class RewardModelWorker(Worker):
             rm_data.batch,
             self.config.get("micro_batch_size_per_gpu"),
             bool(self.config.get("use_dynamic_bsz", False)),
-            self.config.get("forward_max_token_len_per_gpu"),
+            sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
         )
         scores = torch.cat([self._forward_micro_batch(micro) for micro in micro_batches])
         scores = restore_order(scores, order)
         token_level_scores = expand_to_token_level(data, scores)
-        return DataProto.from_dict(tensors={"rm_scores": token_level_scores}).to("cpu")
+        output = DataProto.from_dict(tensors={"rm_scores": token_level_scores})
+        return self.ulysses.postprocess_data(output).to("cpu")

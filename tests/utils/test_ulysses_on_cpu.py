@@ -168,7 +168,62 @@ def _worker_batch():
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-_CHECKS = {"model": _sp_checks, "worker": _worker_checks}
+def _critic_checks(rank: int, model_dir: str) -> dict:
+    """CriticWorker: values, one value-loss update and the values after it (any world size)."""
+    import torch.distributed as dist
+
+    from hybridrl.workers.fsdp_workers import CriticWorker
+
+    world = dist.get_world_size()
+    extra = [f"critic.ulysses_sequence_parallel_size={world}"] if world > 1 else []
+    worker = CriticWorker(_sp_config(model_dir, *_critic_overrides(model_dir), *extra).critic)
+    worker.init_model()
+    data = _worker_batch().chunk(world)[rank]
+    before = worker.compute_values(data).batch["values"]
+    data.batch["values"] = before
+    returns = torch.linspace(-1.0, 1.0, 20).reshape(4, 5)  # of the whole batch, so every world size sees the same
+    data.batch["returns"] = returns.chunk(world)[rank] * data.batch["response_mask"]
+    metrics = worker.update_critic(data).meta_info["metrics"]
+    after = worker.compute_values(_worker_batch().chunk(world)[rank]).batch["values"]
+    return {"before": before, "after": after, "vf_loss": metrics["critic/vf_loss"], "sp": worker.ulysses.sp_size}
+
+
+def _critic_overrides(model_dir: str) -> list[str]:
+    return [
+        "algorithm.adv_estimator=gae",
+        f"critic.model.path={model_dir}",
+        "critic.model.use_remove_padding=True",
+        "critic.model.enable_gradient_checkpointing=False",
+        "critic.ppo_mini_batch_size=4",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "critic.optim.lr=1e-2",
+        "critic.cliprange_value=100.0",
+    ]
+
+
+def _reward_model_checks(rank: int, model_dir: str) -> dict:
+    """RewardModelWorker: rm_scores of this rank's rows (any world size)."""
+    import torch.distributed as dist
+
+    from hybridrl.workers.fsdp_workers import RewardModelWorker
+
+    world = dist.get_world_size()
+    overrides = [
+        "reward_model.enable=True",
+        f"reward_model.model.path={model_dir}",
+        f"reward_model.model.input_tokenizer={model_dir}",
+        "reward_model.model.use_remove_padding=True",
+        "reward_model.micro_batch_size_per_gpu=2",
+    ]
+    if world > 1:
+        overrides.append(f"reward_model.ulysses_sequence_parallel_size={world}")
+    worker = RewardModelWorker(_sp_config(model_dir, *overrides).reward_model)
+    worker.init_model()
+    scores = worker.compute_rm_score(_worker_batch().chunk(world)[rank]).batch["rm_scores"]
+    return {"scores": scores, "sp": worker.ulysses.sp_size}
+
+
+_CHECKS = {"model": _sp_checks, "worker": _worker_checks, "critic": _critic_checks, "rm": _reward_model_checks}
 
 
 def _entry(rank: int, world: int, port: int, check: str, model_dir: str, queue) -> None:
@@ -228,6 +283,35 @@ def test_worker_sp2_matches_single_rank(tiny_model_dir):
         torch.testing.assert_close(torch.cat([r[key] for r in sp]), single[key], rtol=1e-5, atol=1e-5)
     assert (single["after"] - single["before"]).abs().max() > 1e-4  # the update moved the policy
     torch.testing.assert_close(torch.tensor(sp[0]["pg_loss"]), torch.tensor(single["pg_loss"]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_critic_sp2_matches_single_rank(tiny_model_dir):
+    """A critic SP group of 2 (dp=1) gives the values and update of 1 rank without SP on the same batch."""
+    (single,) = _run("critic", 1, tiny_model_dir)
+    sp = _run("critic", 2, tiny_model_dir)
+    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    for key in ("before", "after"):
+        torch.testing.assert_close(torch.cat([r[key] for r in sp]), single[key], rtol=1e-5, atol=1e-5)
+    assert (single["after"] - single["before"]).abs().max() > 1e-3  # the update moved the values
+    torch.testing.assert_close(torch.tensor(sp[0]["vf_loss"]), torch.tensor(single["vf_loss"]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_reward_model_sp2_matches_single_rank(tiny_model_dir):
+    (single,) = _run("rm", 1, tiny_model_dir)
+    sp = _run("rm", 2, tiny_model_dir)
+    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    torch.testing.assert_close(torch.cat([r["scores"] for r in sp]), single["scores"], rtol=1e-5, atol=1e-5)
+    assert (single["scores"] != 0).sum() == 4  # one score per row, on its last valid response token
+
+
+def test_critic_worker_refuses_sp_without_remove_padding():
+    from hybridrl.workers.sharding_manager.fsdp_ulysses import sp_group_from_config
+
+    assert sp_group_from_config(1, False, "critic") is None  # no SP: nothing to check, no group
+    with pytest.raises(ValueError, match="critic.model.use_remove_padding=True"):
+        sp_group_from_config(2, False, "critic")
 
 
 def test_worker_refuses_sp_without_remove_padding(tiny_model_dir, monkeypatch):

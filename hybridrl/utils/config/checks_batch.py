@@ -73,17 +73,20 @@ def _check_tensor_parallel(config: DictConfig, world: int, problems: list[Config
 
 
 def _check_sequence_parallel_needs_packing(config: DictConfig, problems: list[ConfigProblem]) -> None:
-    """Ulysses slices the packed ``[1, nnz]`` row: the actor/ref need ``use_remove_padding`` (as verl asserts)."""
-    if get(config, "actor_rollout_ref.model.use_remove_padding"):
-        return
-    for section in (ACTOR, REF):
-        key = f"{section}.ulysses_sequence_parallel_size"
-        if int(get(config, key) or 1) > 1:
+    """Ulysses slices the packed ``[1, nnz]`` row: every SP role needs its ``use_remove_padding`` (as verl asserts)."""
+    owners = (
+        (f"{ACTOR}.ulysses_sequence_parallel_size", "actor_rollout_ref.model.use_remove_padding"),
+        (f"{REF}.ulysses_sequence_parallel_size", "actor_rollout_ref.model.use_remove_padding"),
+        ("critic.ulysses_sequence_parallel_size", "critic.model.use_remove_padding"),
+        ("reward_model.ulysses_sequence_parallel_size", "reward_model.model.use_remove_padding"),
+    )
+    for key, packing_key in owners:
+        if int(get(config, key) or 1) > 1 and not get(config, packing_key):
             problems.append(
                 ConfigProblem(
                     key,
                     f"sequence parallelism ({key}={get(config, key)}) runs on packed sequences only.",
-                    "set actor_rollout_ref.model.use_remove_padding=True (or the size to 1).",
+                    f"set {packing_key}=True (or the size to 1).",
                 )
             )
 

@@ -33,7 +33,7 @@ from torch import nn
 from hybridrl.utils import ulysses
 from hybridrl.utils.padding import all_padding_columns, pack_sequences
 
-__all__ = ["forward_response", "restore_order", "split_micro_batches"]
+__all__ = ["forward_packed_all_positions", "forward_response", "restore_order", "split_micro_batches"]
 
 # token_fn(outputs [N, T, H], next_tokens [N, T]) -> per-token tensors, each [N, T]
 TokenFn = Callable[[torch.Tensor, torch.Tensor], Sequence[torch.Tensor]]
@@ -140,6 +140,19 @@ def _forward_packed(
         full = torch.zeros(1, nnz, dtype=values.dtype, device=values.device)
         per_token.append(full.index_put((torch.zeros_like(keep), keep), values.squeeze(0)))
     return per_token
+
+
+def forward_packed_all_positions(module: nn.Module, packed: Any, token_fn: TokenFn) -> list[torch.Tensor]:
+    """Per-token outputs ``[1, nnz]`` on every position of a packed row (e.g. a reward model's scores).
+
+    Runs Ulysses-sliced and all-gathered when ``module`` is marked with an SP group of size > 1.
+    """
+    next_tokens = torch.roll(packed.input_ids, shifts=-1, dims=1)  # [1, nnz]
+    sp_group = ulysses.sequence_parallel_group_of(module)
+    if sp_group is not None and dist.get_world_size(sp_group) > 1:
+        return _forward_packed_sp(module, packed, next_tokens, token_fn, sp_group)
+    output = module(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False)
+    return list(token_fn(output.logits, next_tokens))
 
 
 def _forward_packed_sp(

@@ -21,6 +21,7 @@ from torch import nn
 from hybridrl.protocol import DataProto
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.torch_functional import masked_mean
+from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import append_to_dict
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
@@ -48,6 +49,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_optimizer = critic_optimizer
         self.use_remove_padding = bool(config.get("use_remove_padding", False))
         self.device_name = get_device_name()
+        self._sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Values ``[B, R]`` of the response positions (unmasked)."""
@@ -122,7 +124,7 @@ class DataParallelPPOCritic(BasePPOCritic):
                     mini_batch,
                     config.get("ppo_micro_batch_size_per_gpu"),
                     use_dynamic_bsz,
-                    config.get("ppo_max_token_len_per_gpu"),
+                    sp_token_budget(config.get("ppo_max_token_len_per_gpu"), self._sp_size),
                 )
                 self.critic_optimizer.zero_grad()
                 for micro_batch in micro_batches:

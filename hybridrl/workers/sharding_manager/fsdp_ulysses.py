@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from hybridrl.protocol import DataProto
 
-__all__ = ["UlyssesShardingManager", "build_sp_group"]
+__all__ = ["UlyssesShardingManager", "build_sp_group", "sp_group_from_config"]
 
 
 def build_sp_group(sp_size: int) -> Any:
@@ -34,6 +34,27 @@ def build_sp_group(sp_size: int) -> Any:
         if start <= rank < start + sp_size:
             mine = group
     return mine
+
+
+def sp_group_from_config(sp_size: int, use_remove_padding: bool, section: str) -> Any:
+    """The SP group of a critic or reward-model worker, or None when ``sp_size == 1``.
+
+    Args:
+        sp_size: ``<section>.ulysses_sequence_parallel_size``.
+        use_remove_padding: ``<section>.model.use_remove_padding`` (Ulysses slices the packed row).
+        section: the config section, for the error message.
+
+    Raises:
+        ValueError: SP without ``use_remove_padding``, or a size that does not divide the world size.
+    """
+    if sp_size <= 1:
+        return None
+    if not use_remove_padding:
+        raise ValueError(
+            f"{section}.ulysses_sequence_parallel_size={sp_size} needs {section}.model.use_remove_padding=True "
+            "(as in verl); set it, or the size to 1."
+        )
+    return build_sp_group(sp_size)
 
 
 class UlyssesShardingManager:

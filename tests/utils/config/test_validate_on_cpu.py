@@ -68,6 +68,7 @@ CASES = [
     (["algorithm.adv_estimator=gae", "critic.enable=False"], "algorithm.adv_estimator", "critic.enable=True"),
     (["algorithm.adv_estimator=grop"], "algorithm.adv_estimator", "did you mean algorithm.adv_estimator=grpo"),
     (["actor_rollout_ref.actor.loss_agg_mode=token-sum"], "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+    (["actor_rollout_ref.actor.clip_ratio_c=1.0"], "actor_rollout_ref.actor.clip_ratio_c", "clip_ratio_c=3.0"),
     (["actor_rollout_ref.actor.kl_loss_type=low_var"], "actor_rollout_ref.actor.kl_loss_type", "low_var_kl"),
     (["algorithm.use_kl_in_reward=True", "algorithm.kl_ctrl.type=pid"], "algorithm.kl_ctrl.type", "fixed"),
     (
@@ -77,9 +78,14 @@ CASES = [
     ),
     (["critic.model.lora_rank=8"], "critic.model.lora_rank", "not supported yet"),
     (
-        ["critic.ulysses_sequence_parallel_size=2"],
+        ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2"],
         "critic.ulysses_sequence_parallel_size",
-        "not supported yet",
+        "critic.model.use_remove_padding=True",
+    ),
+    (
+        ["reward_model.enable=True", "reward_model.ulysses_sequence_parallel_size=2"],
+        "reward_model.ulysses_sequence_parallel_size",
+        "reward_model.model.use_remove_padding=True",
     ),
     (
         ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=False"],

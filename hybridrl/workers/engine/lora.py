@@ -8,6 +8,8 @@
   with ``W' = W + scaling · B @ A`` merged in (rollout weight sync, model merger, HF export).
 - :func:`lora_adapter_state_dict` / :func:`save_lora_adapter` write the ``lora_adapter/`` folder
   that ``PeftModel.from_pretrained(base, folder)`` reads (verl's checkpoint layout).
+- :func:`base_model_tensors` / :func:`scaled_adapter_tensors` feed an engine with its own LoRA path
+  (vLLM): the frozen base weights once, then only the adapter at every sync.
 
 Shapes: ``W [out, in]``, ``A [r, in]``, ``B [out, r]``; ``scaling = lora_alpha / r``
 (``lora_alpha / sqrt(r)`` with rsLoRA).
@@ -27,7 +29,9 @@ from torch import nn
 
 __all__ = [
     "ADAPTER_SUBDIR",
+    "adapter_module_path",
     "apply_lora",
+    "base_model_tensors",
     "base_name",
     "disable_adapter",
     "gather_lora_adapter",
@@ -37,8 +41,10 @@ __all__ = [
     "lora_scalings",
     "merge_lora_tensors",
     "merged_state_dict",
+    "peft_adapter_config",
     "read_adapter_scaling",
     "save_lora_adapter",
+    "scaled_adapter_tensors",
     "unwrap_peft",
 ]
 
@@ -209,6 +215,16 @@ def merged_state_dict(
     return dict(merge_lora_tensors(state_dict.items(), scalings))
 
 
+def base_model_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """peft state-dict entries → the frozen base model's ``(HF name, tensor)`` pairs; adapter entries dropped.
+
+    What an engine with its own LoRA path loads once: ``path.base_layer.weight`` becomes ``path.weight``.
+    """
+    for name, tensor in named_tensors:
+        if not is_lora_key(_clean(name)):
+            yield base_name(name), tensor
+
+
 # ----------------------------------------------------------------------------- adapter files
 
 
@@ -261,3 +277,44 @@ def read_adapter_scaling(adapter_dir: str) -> float:
         raise NotImplementedError(f"{path}: per-layer rank_pattern/alpha_pattern is not supported by the merger.")
     rank, alpha = int(config["r"]), float(config["lora_alpha"])
     return alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
+
+
+def adapter_module_path(file_name: str) -> str:
+    """peft file name of an adapter entry → its module path (the key of :func:`lora_scalings`).
+
+    ``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`` → ``base_model.model.model.layers.0.self_attn.q_proj``.
+    """
+    for part in ("A", "B"):
+        marker = f".lora_{part}.weight"
+        if file_name.endswith(marker):
+            return file_name[: -len(marker)]
+    raise ValueError(f"{file_name!r} is not a LoRA linear adapter entry (…lora_A.weight / …lora_B.weight).")
+
+
+def scaled_adapter_tensors(
+    adapter_tensors: Mapping[str, torch.Tensor], scalings: Mapping[str, float], dtype: torch.dtype
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """What a LoRA engine computes with: ``A [r, in]`` cast to ``dtype`` and ``scaling · B [out, r]``
+    (B cast to ``dtype`` first, then scaled in it, as vLLM folds the scaling into B).
+
+    Args:
+        adapter_tensors: peft file names (:func:`gather_lora_adapter`).
+        scalings: :func:`lora_scalings` of the peft model.
+        dtype: the engine's LoRA dtype.
+    """
+    for name, tensor in adapter_tensors.items():
+        value = tensor.to(dtype)
+        if name.endswith(".lora_B.weight"):
+            path = adapter_module_path(name)
+            if path not in scalings:
+                raise KeyError(f"no LoRA scaling known for layer {path!r}")
+            value = value * scalings[path]
+        yield name, value
+
+
+def peft_adapter_config(module: nn.Module) -> Any:
+    """The peft ``LoraConfig`` of ``module``'s adapter (``save_pretrained(folder)`` writes ``adapter_config.json``)."""
+    peft_model = unwrap_peft(module)
+    if peft_model is None:
+        raise ValueError("peft_adapter_config: the module has no peft adapters.")
+    return peft_model.peft_config[_ADAPTER]

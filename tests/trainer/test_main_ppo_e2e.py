@@ -74,6 +74,33 @@ def test_ppo_end_to_end(tiny_model_dir, arithmetic_data_dir, tmp_path):
     _assert_checkpoint(ckpt, 2, roles=("actor", "critic"))
 
 
+def test_ppo_split_placement_critic_pool_with_sequence_parallelism(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    """Split placement from the config alone: actor+rollout on global_pool (1 rank), the critic on critic_pool
+    (2 ranks forming one Ulysses SP group over packed sequences)."""
+    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    split = {
+        **ppo_overrides(tiny_model_dir),
+        "trainer.n_gpus_per_node": 1,
+        "trainer.test_freq": -1,
+        "critic.enable_resource_pool": True,
+        "critic.n_gpus_per_node": 2,
+        "critic.nnodes": 1,
+        "critic.model.use_remove_padding": True,
+        "critic.ulysses_sequence_parallel_size": 2,
+    }
+    proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **split), metrics_file)
+    assert proc.returncode == 0, failure_report(proc)
+    pool_lines = [line for line in proc.stdout.splitlines() if "_pool:" in line]
+    assert any("[trainer] global_pool: actor_rollout, ref on 1 rank(s)" in line for line in pool_lines), pool_lines
+    assert any("[trainer] critic_pool: critic on 2 rank(s)" in line for line in pool_lines), pool_lines
+    metrics = read_metrics(metrics_file)
+    for name in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "actor/pg_loss"):
+        assert name in metrics[2], name
+    assert metrics[1]["critic/grad_norm"] > 0
+    _assert_checkpoint(ckpt, 2, world_size=1, roles=("actor",))
+    _assert_checkpoint(ckpt, 2, world_size=2, roles=("critic",))
+
+
 def test_exact_resume_after_sigterm_at_epoch_boundary(tiny_model_dir, arithmetic_data_dir, tmp_path):
     """4 steps over 2 epochs (2 steps each). Stop after the step-2 checkpoint (an epoch boundary) with SIGTERM,
     resume, and compare steps 3–4 with an uninterrupted run: identical except timing/perf."""

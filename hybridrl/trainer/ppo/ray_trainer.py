@@ -142,11 +142,15 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
             add(Role.RewardModel, config=self.config.reward_model)
 
         all_wg: dict[str, Any] = {}
+        pools = getattr(self.resource_pool_manager, "resource_pool_dict", {})
+        pool_names = {id(pool): name for name, pool in pools.items()}
         for pool, class_dict in class_dicts.items():
             worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
             wg_dict = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=worker_dict_cls,
                                                 device_name=self.device_name)
             all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
+            print(f"[trainer] {pool_names.get(id(pool), 'pool')}: {', '.join(class_dict)} on "
+                  f"{wg_dict.world_size} rank(s)", flush=True)
 
         if self.use_critic:
             self.critic_wg = all_wg[str(Role.Critic)]

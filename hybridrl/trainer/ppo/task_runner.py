@@ -1,9 +1,10 @@
 """TaskRunner (the Ray actor that hosts the single controller) and ``run_ppo`` (ray.init → TaskRunner → fit).
 
 Roles and pools follow verl 0.5's ``main_ppo``: every role maps to ``global_pool``
-(``[trainer.n_gpus_per_node] * trainer.nnodes`` devices; on CPU, worker processes); the reward model goes to
-its own ``reward_pool`` when ``reward_model.enable_resource_pool``. Split placement (e.g. the critic on a
-pool of its own) is a different ``mapping``/``resource_pool_spec`` passed to :class:`TaskRunner`.
+(``[trainer.n_gpus_per_node] * trainer.nnodes`` devices; on CPU, worker processes). Split placement is
+selected in the config, no code: ``reward_model.enable_resource_pool`` puts the reward model on its own
+``reward_pool`` (later verl's keys) and ``critic.enable_resource_pool`` the critic on ``critic_pool``, each
+sized ``[<section>.n_gpus_per_node] * <section>.nnodes``.
 """
 
 from __future__ import annotations
@@ -45,18 +46,22 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
     mapping: dict[Any, str] = {Role.ActorRollout: global_pool}
     if need_critic(config):
         role_worker_mapping[Role.Critic] = ray.remote(CriticWorker)
-        mapping[Role.Critic] = global_pool
+        mapping[Role.Critic] = _own_pool(config.critic, "critic_pool", resource_pool_spec) or global_pool
     if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
         role_worker_mapping[Role.RefPolicy] = ray.remote(ActorRolloutRefWorker)
         mapping[Role.RefPolicy] = global_pool
     if config.reward_model.enable:
         role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
-        mapping[Role.RewardModel] = global_pool
-        if config.reward_model.get("enable_resource_pool", False):
-            reward_pool = "reward_pool"
-            resource_pool_spec[reward_pool] = [config.reward_model.n_gpus_per_node] * config.reward_model.nnodes
-            mapping[Role.RewardModel] = reward_pool
+        mapping[Role.RewardModel] = _own_pool(config.reward_model, "reward_pool", resource_pool_spec) or global_pool
     return role_worker_mapping, resource_pool_spec, mapping
+
+
+def _own_pool(section: Any, name: str, resource_pool_spec: dict) -> str | None:
+    """Add pool ``name`` (``[section.n_gpus_per_node] * section.nnodes``) when ``section.enable_resource_pool``."""
+    if not section.get("enable_resource_pool", False):
+        return None
+    resource_pool_spec[name] = [int(section.n_gpus_per_node)] * int(section.nnodes)
+    return name
 
 
 class TaskRunner:

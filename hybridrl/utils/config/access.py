@@ -38,6 +38,17 @@ def world_size(config: DictConfig) -> int | None:
     return int(nodes) * int(per_node)
 
 
+def role_world_size(config: DictConfig, section: str) -> int | None:
+    """Ranks of ``section``'s worker group: its own pool (``<section>.enable_resource_pool``:
+    ``nnodes * n_gpus_per_node`` of the section) or the global pool."""
+    if not get(config, f"{section}.enable_resource_pool"):
+        return world_size(config)
+    nodes, per_node = get(config, f"{section}.nnodes"), get(config, f"{section}.n_gpus_per_node")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nodes, per_node)):
+        return None
+    return int(nodes) * int(per_node)
+
+
 def need_critic(config: DictConfig) -> bool:
     """A critic is used when critic.enable is True, or when it is null/absent and the estimator is gae."""
     enable = get(config, "critic.enable")

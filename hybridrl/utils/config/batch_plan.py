@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
-from hybridrl.utils.config.access import ACTOR, REF, ROLLOUT, get, need_critic, need_reference_policy, world_size
+from hybridrl.utils.config.access import (
+    ACTOR,
+    REF,
+    ROLLOUT,
+    get,
+    need_critic,
+    need_reference_policy,
+    role_world_size,
+    world_size,
+)
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,8 @@ def compute_batch_plan(config: DictConfig, dataset_len: int | None = None) -> Ba
     n = int(get(config, f"{ROLLOUT}.n"))
     world = world_size(config) or 1
     actor = _role_plan(config, ACTOR, "actor", prompts, n, world)
-    critic = _role_plan(config, "critic", "critic", prompts, n, world) if need_critic(config) else None
+    critic_world = role_world_size(config, "critic") or world  # its own pool under split placement
+    critic = _role_plan(config, "critic", "critic", prompts, n, critic_world) if need_critic(config) else None
     use_ref = need_reference_policy(config)
     gen_batch = int(get(config, "data.gen_batch_size") or prompts)
     plan = BatchPlan(

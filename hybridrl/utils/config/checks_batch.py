@@ -9,7 +9,16 @@ from math import gcd
 
 from omegaconf import DictConfig
 
-from hybridrl.utils.config.access import ACTOR, REF, ROLLOUT, get, next_multiple, positive_int, world_size
+from hybridrl.utils.config.access import (
+    ACTOR,
+    REF,
+    ROLLOUT,
+    get,
+    next_multiple,
+    positive_int,
+    role_world_size,
+    world_size,
+)
 from hybridrl.utils.config.errors import ConfigProblem, warn_once
 
 
@@ -38,10 +47,31 @@ def check_batch_sizes(config: DictConfig, use_reference_policy: bool, use_critic
         critic_dynamic = bool(get(config, "critic.use_dynamic_bsz"))
         if not critic_dynamic:
             _check_exclusive(config, "critic", "ppo_micro_batch_size", problems)
-        _check_role(config, "critic", train_bsz, n, world, critic_dynamic, problems)
-    if get(config, "reward_model.enable") and not get(config, "reward_model.use_dynamic_bsz"):
-        _check_exclusive(config, "reward_model", "micro_batch_size", problems)
+        critic_world = _own_pool_world(config, "critic", problems) or world
+        _check_role(config, "critic", train_bsz, n, critic_world, critic_dynamic, problems)
+    if get(config, "reward_model.enable"):
+        _own_pool_world(config, "reward_model", problems)
+        if not get(config, "reward_model.use_dynamic_bsz"):
+            _check_exclusive(config, "reward_model", "micro_batch_size", problems)
     return problems
+
+
+def _own_pool_world(config: DictConfig, section: str, problems: list[ConfigProblem]) -> int | None:
+    """Size of ``section``'s own pool when ``<section>.enable_resource_pool``; None (and a problem) when unsized."""
+    if not get(config, f"{section}.enable_resource_pool"):
+        return None
+    world = role_world_size(config, section)
+    if world is None:
+        for key in (f"{section}.nnodes", f"{section}.n_gpus_per_node"):
+            if positive_int(config, key, []) is None:
+                problems.append(
+                    ConfigProblem(
+                        key,
+                        f"{section}.enable_resource_pool=True needs a pool size, got {key}={get(config, key)!r}.",
+                        f"set {key}=<int >= 1>, e.g. {key}=1.",
+                    )
+                )
+    return world
 
 
 def _check_total(train_bsz: int, n: int, world: int, problems: list[ConfigProblem]) -> None:

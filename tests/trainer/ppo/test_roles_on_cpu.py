@@ -69,3 +69,7 @@ def test_main_ppo_roles_and_pools_follow_the_config():
     spec, mapping = _mapping(**{"reward_model.enable": True, "reward_model.enable_resource_pool": True,
                                 "reward_model.n_gpus_per_node": 1, "reward_model.nnodes": 1})
     assert spec == {"global_pool": [2], "reward_pool": [1]} and mapping[Role.RewardModel] == "reward_pool"
+    spec, mapping = _mapping(**{"critic.enable_resource_pool": True,  # split placement: the critic on its own pool
+                                "critic.n_gpus_per_node": 3, "critic.nnodes": 1})
+    assert spec == {"global_pool": [2], "critic_pool": [3]}
+    assert mapping == {Role.ActorRollout: "global_pool", Role.Critic: "critic_pool"}

@@ -68,6 +68,17 @@ CASES = [
     (["algorithm.adv_estimator=gae", "critic.enable=False"], "algorithm.adv_estimator", "critic.enable=True"),
     (["algorithm.adv_estimator=grop"], "algorithm.adv_estimator", "did you mean algorithm.adv_estimator=grpo"),
     (["actor_rollout_ref.actor.loss_agg_mode=token-sum"], "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+    (
+        ["algorithm.adv_estimator=gae", "critic.enable_resource_pool=True", "critic.n_gpus_per_node=1"],
+        "critic.nnodes",
+        "critic.nnodes=1",
+    ),
+    (
+        ["algorithm.adv_estimator=gae", "critic.enable_resource_pool=True", "critic.n_gpus_per_node=3",
+         "critic.nnodes=1", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=1"],
+        "critic.ppo_mini_batch_size",
+        "3",
+    ),
     (["actor_rollout_ref.actor.clip_ratio_c=1.0"], "actor_rollout_ref.actor.clip_ratio_c", "clip_ratio_c=3.0"),
     (["actor_rollout_ref.actor.kl_loss_type=low_var"], "actor_rollout_ref.actor.kl_loss_type", "low_var_kl"),
     (["algorithm.use_kl_in_reward=True", "algorithm.kl_ctrl.type=pid"], "algorithm.kl_ctrl.type", "fixed"),

@@ -11,7 +11,8 @@
 
 Every arrow is a DataProto handed to a worker group method (Dispatch.DP_COMPUTE_PROTO: split across the
 data-parallel ranks, results concatenated). Light work (advantages, KL-in-reward, metrics, batch balancing)
-runs here; the driver never holds model weights. The stages live in ``stages.py``, validation in
+runs here; the driver never holds model weights. With the critic on a pool of its own (split placement,
+``critic.enable_resource_pool``) update_critic and update_actor run at the same time. The stages live in ``stages.py``, validation in
 ``validation.py``, checkpoint/resume in ``checkpointing.py``; ``fit`` reads like the picture above.
 """
 
@@ -236,10 +237,7 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
             if self.use_critic:
                 batch = self._compute_values(batch, timing_raw)
             batch = self._compute_advantage(batch, metrics, timing_raw)
-            if self.use_critic:
-                self._update_critic(batch, metrics, timing_raw)
-            if trainer_cfg.critic_warmup <= self.global_steps:
-                self._update_actor(batch, metrics, timing_raw)
+            self._update_models(batch, metrics, timing_raw)
             self._maybe_dump_rollout(batch)
             if self._due(trainer_cfg.test_freq, is_last_step) and self.val_reward_fn is not None:
                 with self._timed("testing", timing_raw):

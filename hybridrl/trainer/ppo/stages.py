@@ -46,6 +46,7 @@ class StagesMixin:
 
     config: Any
     tokenizer: Any
+    resource_pool_manager: Any
     _active_stage: str = "start"
 
     @contextmanager
@@ -179,6 +180,38 @@ class StagesMixin:
                 )
 
     # ------------------------------------------------------------------ updates
+    def _update_models(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
+        """Critic update, then the actor's once ``trainer.critic_warmup`` steps have passed.
+
+        Under split placement (the critic on a resource pool of its own) the two updates use disjoint
+        workers and need nothing from each other, so they run at the same time (verl's split-placement
+        example does the same with a non-blocking critic call).
+        """
+        update_actor = self.config.trainer.critic_warmup <= self.global_steps
+        if not (self.use_critic and update_actor and self._critic_has_own_pool()):
+            if self.use_critic:
+                self._update_critic(batch, metrics, timing_raw)
+            if update_actor:
+                self._update_actor(batch, metrics, timing_raw)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        critic_metrics: dict = {}
+        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature  # before both read it
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="update_critic") as executor:
+            critic_update = executor.submit(self._update_critic, batch, critic_metrics, timing_raw)
+            self._update_actor(batch, metrics, timing_raw)
+            self._active_stage = "update_critic"
+            critic_update.result()  # re-raises the critic's failure
+        metrics.update(critic_metrics)
+
+    def _critic_has_own_pool(self) -> bool:
+        from hybridrl.trainer.ppo.roles import Role
+
+        mapping = getattr(self.resource_pool_manager, "mapping", {})
+        actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in mapping else Role.ActorRollout
+        return Role.Critic in mapping and mapping[Role.Critic] != mapping.get(actor_role)
+
     def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
         with self._timed("update_critic", timing_raw):
             output = self.critic_wg.update_critic(batch)

@@ -135,3 +135,40 @@ def test_a_raising_reward_function_names_the_sample(setup, tmp_path):
     with pytest.raises(Exception, match=r"stage 'reward'.*(sample|index).*arithmetic") as info:
         trainer.fit()
     assert "cannot parse" in str(info.value)
+
+
+class _WaitingCritic:
+    """A critic whose update waits (up to ``timeout_s``) for the actor update to start, and reports whether it did."""
+
+    def __init__(self, actor_started, timeout_s: float):
+        self.actor_started, self.timeout_s = actor_started, timeout_s
+
+    def update_critic(self, batch: DataProto) -> DataProto:
+        overlapped = self.actor_started.wait(timeout=self.timeout_s)
+        return DataProto(meta_info={"metrics": {"critic/vf_loss": [0.5], "test/overlapped": [float(overlapped)]}})
+
+
+@pytest.mark.parametrize(("critic_pool", "timeout_s", "overlapped"), [("critic_pool", 60.0, 1.0), ("global_pool", 0.5, 0.0)])
+def test_split_placement_overlaps_critic_and_actor_updates(setup, critic_pool, timeout_s, overlapped):
+    """Critic on its own pool: update_critic and update_actor run at the same time; colocated: one after the other."""
+    import threading
+
+    from hybridrl.trainer.ppo.roles import Role
+
+    trainer = setup(**{"algorithm.adv_estimator": "gae"})
+    actor_started = threading.Event()
+    actor_update = trainer.actor_rollout_wg.update_actor
+
+    def update_actor(batch: DataProto) -> DataProto:
+        actor_started.set()
+        return actor_update(batch)
+
+    trainer.actor_rollout_wg.update_actor = update_actor
+    trainer.critic_wg = _WaitingCritic(actor_started, timeout_s)
+    trainer.resource_pool_manager.mapping = {Role.ActorRollout: "global_pool", Role.Critic: critic_pool}
+    trainer.global_steps = 1
+    metrics: dict = {}
+    trainer._update_models(DataProto.from_dict({"x": torch.zeros(2, 1)}), metrics, {})
+    assert metrics["test/overlapped"] == overlapped
+    assert "critic/vf_loss" in metrics and "actor/pg_loss" in metrics
+    assert _calls(trainer, "update_actor") == [2]

@@ -43,13 +43,11 @@ def _equals(*bad: Any) -> Callable[[Any], bool]:
     return lambda value: value in bad
 
 
-_SP = "Ulysses sequence parallelism is implemented for the PPO actor, ref, critic and reward model, not the SFT trainer yet; set it to 1."
 _SHM = "loading through /dev/shm is not implemented; files are read directly."
 
 # fmt: off
 UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
     "ppo_trainer": (
-        Unsupported("critic.model.lora_rank", _above(0), "error", "critic LoRA is not supported yet (actor LoRA is); set it to 0."),
         Unsupported("actor_rollout_ref.rollout.multi_turn.enable", _is_true, "error", "multi-turn/tool rollouts are not supported yet; set it to False."),
         Unsupported("actor_rollout_ref.rollout.mode", _equals("async"), "error", "async (server/agent-loop) rollout is not supported yet; use sync."),
         Unsupported("reward_model.sandbox_fusion.url", _is_set, "error", "Sandbox Fusion code rewards are not supported yet; set it to null."),
@@ -68,7 +66,6 @@ UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
         Unsupported("trainer.default_hdfs_dir", _is_set, "warn", "HDFS is not available; checkpoints stay in trainer.default_local_dir."),
     ),
     "sft_trainer": (
-        Unsupported("ulysses_sequence_parallel_size", _above(1), "error", _SP),
         Unsupported("model.use_liger", _is_true, "warn", "Liger kernels are not implemented; plain PyTorch is used."),
         Unsupported("data.use_shm", _is_true, "warn", _SHM),
         Unsupported("model.use_shm", _is_true, "warn", _SHM),

@@ -87,7 +87,7 @@ CASES = [
         "actor_rollout_ref.rollout.val_kwargs.do_sample",
         "temperature",
     ),
-    (["critic.model.lora_rank=8"], "critic.model.lora_rank", "not supported yet"),
+    (["actor_rollout_ref.rollout.mode=async"], "actor_rollout_ref.rollout.mode", "not supported yet"),
     (
         ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2"],
         "critic.ulysses_sequence_parallel_size",
@@ -139,7 +139,7 @@ def test_all_problems_are_reported_at_once(cpu_overrides):
     extra = [
         "data.train_batch_size=15",
         "actor_rollout_ref.rollout.n=1",
-        "critic.model.lora_rank=8",
+        "actor_rollout_ref.rollout.mode=async",
         "trainer.device=npu",
         "algorithm.adv_estimator=grop",
     ]
@@ -148,7 +148,7 @@ def test_all_problems_are_reported_at_once(cpu_overrides):
     keys = _keys(info.value.problems)
     for key in (
         "data.train_batch_size",
-        "critic.model.lora_rank",
+        "actor_rollout_ref.rollout.mode",
         "trainer.device",
         "algorithm.adv_estimator",
     ):

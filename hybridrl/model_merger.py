@@ -8,7 +8,9 @@ concatenates every DTensor's local shards along its ``Shard`` placement (taking 
 ``Replicate`` mesh dimension, as in HSDP), builds the model class named by ``huggingface/config.json``
 and writes safetensors + config + tokenizer. Tied embeddings are written once (HF drops
 ``lm_head.weight``). A LoRA checkpoint (peft names + ``lora_adapter/``) is written with its adapters
-merged into the base weights, and ``lora_adapter/`` is copied beside them. ``test`` compares the merged state dict with a reference HF folder.
+merged into the base weights, and ``lora_adapter/`` is copied beside them; a LoRA critic's value head is
+written from its trained ``modules_to_save`` copy (a plain ``*ForTokenClassification`` folder).
+``test`` compares the merged state dict with a reference HF folder.
 """
 
 from __future__ import annotations

@@ -39,6 +39,10 @@ class CriticWorker(Worker):
 
     With ``ulysses_sequence_parallel_size = sp > 1`` the ``sp`` ranks of an SP group gather their chunks,
     each runs a ``1/sp`` slice of every packed sequence, and hands back its own rows (as the actor).
+
+    With ``model.lora_rank > 0`` (FSDP2 only) the backbone gets peft LoRA adapters on ``model.target_modules``
+    and the freshly initialised value head is trained in full (peft ``modules_to_save``); only these are in
+    the optimizer. Checkpoints add ``lora_adapter/`` (adapters + head), as the actor's do.
     """
 
     def __init__(self, config: Any) -> None:
@@ -54,7 +58,8 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Load the token-classification value model (``num_labels=1``), shard it, build optimizer and LR schedule."""
+        """Load the token-classification value model (``num_labels=1``), add LoRA when ``model.lora_rank > 0``,
+        shard it, build optimizer (trainable parameters only) and LR schedule."""
         config = self.config
         model_config = config.model
         self.tokenizer = engine.build_tokenizer(

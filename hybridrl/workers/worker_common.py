@@ -91,13 +91,8 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     )
     if spec.trainable and model_config.get("enable_gradient_checkpointing", False):
         engine.enable_gradient_checkpointing(module)
-    if spec.trainable and spec.kind == "causal_lm" and engine.lora_enabled(model_config):
-        if spec.strategy != "fsdp2":
-            raise ValueError(
-                f"model.lora_rank > 0 needs actor.strategy=fsdp2 (got {spec.strategy!r}): FSDP1 cannot mix frozen "
-                "base weights and trainable adapters in one FlatParameter here; set actor_rollout_ref.actor.strategy=fsdp2."
-            )
-        module = engine.apply_lora(module, model_config)  # adapters before FSDP (verl); base weights frozen
+    if spec.trainable and engine.lora_enabled(model_config):
+        module = _apply_lora(module, spec)
     if device_name == "cuda":
         module.to(current_device())
     # verl: frozen FSDP1 models (ref, RM) keep their params offloaded to CPU between uses on GPU
@@ -108,6 +103,25 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
 
         ulysses.mark_sequence_parallel(wrapped, spec.sp_group)
     return wrapped, hf_config
+
+
+_LORA_STRATEGY_KEYS = {"causal_lm": ("actor", "actor_rollout_ref.actor"), "token_classification": ("critic", "critic")}
+
+
+def _apply_lora(module: nn.Module, spec: ModelSpec) -> nn.Module:
+    """Adapters before FSDP (verl), base weights frozen: the actor's causal LM, or the critic's value model
+    (whose fresh value head is trained in full). FSDP2 only."""
+    from hybridrl.workers.engine.lora import apply_value_lora
+
+    role, prefix = _LORA_STRATEGY_KEYS[spec.kind]
+    if spec.strategy != "fsdp2":
+        raise ValueError(
+            f"model.lora_rank > 0 needs {role}.strategy=fsdp2 (got {spec.strategy!r}): FSDP1 cannot mix frozen "
+            f"base weights and trainable adapters in one FlatParameter here; set {prefix}.strategy=fsdp2."
+        )
+    if spec.kind == "causal_lm":
+        return engine.apply_lora(module, spec.model_config)
+    return apply_value_lora(module, spec.model_config)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 
 - :func:`apply_lora` wraps a HF model in a ``PeftModel`` before FSDP: only adapter weights
   (``lora_A``, ``lora_B``) require grad, so only they are optimised.
+- :func:`apply_value_lora` does the same for the critic's token-classification value model; its freshly
+  initialised value head (``score``) is trained in full as a peft ``modules_to_save`` copy.
 - :func:`disable_adapter` is the reference policy: the same module with the adapters switched off
   (no second model in memory, as verl does when ``lora_rank > 0``).
 - :func:`merge_lora_tensors` turns a stream of peft state-dict entries into the base model's names
@@ -31,10 +33,12 @@ __all__ = [
     "ADAPTER_SUBDIR",
     "adapter_module_path",
     "apply_lora",
+    "apply_value_lora",
     "base_model_tensors",
     "base_name",
     "disable_adapter",
     "gather_lora_adapter",
+    "is_adapter_key",
     "is_lora_key",
     "lora_adapter_state_dict",
     "lora_enabled",
@@ -46,12 +50,16 @@ __all__ = [
     "save_lora_adapter",
     "scaled_adapter_tensors",
     "unwrap_peft",
+    "value_head_name",
 ]
 
 ADAPTER_SUBDIR = "lora_adapter"
 _PEFT_PREFIX = "base_model.model."
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 _ADAPTER = "default"
+_SAVED_COPY = f".modules_to_save.{_ADAPTER}."  # trainable copy of a modules_to_save module (the value head)
+_FROZEN_COPY = ".original_module."  # its frozen original, kept by peft beside the copy
+VALUE_HEAD_NAMES = ("score", "classifier")  # HF *ForTokenClassification heads (Llama/Qwen: score; BERT: classifier)
 
 
 def lora_enabled(model_config: Any) -> bool:
@@ -64,6 +72,30 @@ def _target_modules(value: Any) -> Any:
     if value is None or isinstance(value, str):
         return value or "all-linear"
     return [str(v) for v in value]
+
+
+def _lora_config(model_config: Any, task_type: Any, exclude: Any = None, modules_to_save: Any = None) -> Any:
+    """peft ``LoraConfig`` from a ``model`` section (``lora_rank`` > 0, ``lora_alpha``, ``target_modules``)."""
+    from peft import LoraConfig
+
+    rank = int(model_config.get("lora_rank", 0) or 0)
+    if rank <= 0:
+        raise ValueError(f"apply_lora: model.lora_rank must be > 0, got {rank}.")
+    return LoraConfig(
+        task_type=task_type,
+        r=rank,
+        lora_alpha=int(model_config.get("lora_alpha", 16)),
+        target_modules=_target_modules(model_config.get("target_modules", "all-linear")),
+        exclude_modules=exclude,
+        modules_to_save=modules_to_save,
+        bias="none",
+    )
+
+
+def _prepare_for_lora(module: nn.Module, model_config: Any) -> None:
+    enable_input_grads = getattr(module, "enable_input_require_grads", None)
+    if model_config.get("enable_gradient_checkpointing", False) and callable(enable_input_grads):
+        enable_input_grads()  # verl: frozen embeddings + checkpointing need grads on inputs
 
 
 def apply_lora(module: nn.Module, model_config: Any) -> nn.Module:
@@ -79,23 +111,58 @@ def apply_lora(module: nn.Module, model_config: Any) -> nn.Module:
         the ``PeftModel``; base weights frozen, adapters trainable (``lora_B`` = 0, so the
         initial model equals the base model).
     """
-    from peft import LoraConfig, TaskType, get_peft_model
+    from peft import TaskType, get_peft_model
 
-    rank = int(model_config.get("lora_rank", 0) or 0)
-    if rank <= 0:
-        raise ValueError(f"apply_lora: model.lora_rank must be > 0, got {rank}.")
-    enable_input_grads = getattr(module, "enable_input_require_grads", None)
-    if model_config.get("enable_gradient_checkpointing", False) and callable(enable_input_grads):
-        enable_input_grads()  # verl: frozen embeddings + checkpointing need grads on inputs
     exclude = model_config.get("exclude_modules")
-    lora_config = LoraConfig(
-        task_type=TaskType.CAUSAL_LM,
-        r=rank,
-        lora_alpha=int(model_config.get("lora_alpha", 16)),
-        target_modules=_target_modules(model_config.get("target_modules", "all-linear")),
-        exclude_modules=_target_modules(exclude) if exclude is not None else None,
-        bias="none",
+    exclude = _target_modules(exclude) if exclude is not None else None
+    lora_config = _lora_config(model_config, TaskType.CAUSAL_LM, exclude=exclude)  # rank checked first
+    _prepare_for_lora(module, model_config)
+    return get_peft_model(module, lora_config)
+
+
+def value_head_name(module: nn.Module) -> str:
+    """Name of the top-level value head (``nn.Linear``) of a HF token-classification model."""
+    for name in VALUE_HEAD_NAMES:
+        if isinstance(getattr(module, name, None), nn.Linear):
+            return name
+    raise ValueError(
+        f"{type(module).__name__} has no value head named one of {VALUE_HEAD_NAMES} (an nn.Linear); "
+        "critic LoRA needs a HF *ForTokenClassification model (critic.model.path)."
     )
+
+
+def _exclude_with_head(exclude: Any, head: str) -> Any:
+    """``exclude_modules`` + the value head (a regex string gets ``|head``; peft full-matches it)."""
+    import re
+
+    if exclude is None:
+        return [head]
+    if isinstance(exclude, str):
+        return f"(?:{exclude})|{re.escape(head)}"
+    return [*_target_modules(exclude), head]
+
+
+def apply_value_lora(module: nn.Module, model_config: Any) -> nn.Module:
+    """LoRA for the critic: wrap a HF token-classification value model (``num_labels=1``) in a peft model.
+
+    The backbone's ``target_modules`` get frozen base weights + trainable ``lora_A [r, in]``,
+    ``lora_B [out, r]``. The value head ``score [1, hidden]`` (+ bias) is freshly initialised, so it is
+    excluded from LoRA and trained in full as a peft ``modules_to_save`` copy
+    (``score.modules_to_save.default.*``; the frozen original stays as ``score.original_module.*``).
+    ``task_type`` is ``TOKEN_CLS``, so ``PeftModel.from_pretrained(AutoModelForTokenClassification…, folder)``
+    restores adapters and head from the ``lora_adapter/`` folder.
+
+    Args:
+        module: the HF ``*ForTokenClassification`` model, not yet FSDP-wrapped.
+        model_config: ``critic.model`` (``lora_rank`` > 0, ``lora_alpha``, ``target_modules``,
+            optional ``exclude_modules``, ``enable_gradient_checkpointing``).
+    """
+    from peft import TaskType, get_peft_model
+
+    head = value_head_name(module)
+    exclude = _exclude_with_head(model_config.get("exclude_modules"), head)
+    lora_config = _lora_config(model_config, TaskType.TOKEN_CLS, exclude=exclude, modules_to_save=[head])
+    _prepare_for_lora(module, model_config)
     return get_peft_model(module, lora_config)
 
 
@@ -132,12 +199,17 @@ def is_lora_key(name: str) -> bool:
     return ".lora_" in name
 
 
+def is_adapter_key(name: str) -> bool:
+    """True for what the adapter trains: LoRA entries and the trainable ``modules_to_save`` copy (value head)."""
+    return is_lora_key(name) or _SAVED_COPY in name
+
+
 def base_name(name: str) -> str:
-    """peft name → base HF name: drop ``base_model.model.`` and ``.base_layer``."""
+    """peft name → base HF name: drop ``base_model.model.``, ``.base_layer`` and ``.modules_to_save.default``."""
     name = _clean(name)
     if name.startswith(_PEFT_PREFIX):
         name = name[len(_PEFT_PREFIX) :]
-    return name.replace(".base_layer.", ".")
+    return name.replace(".base_layer.", ".").replace(_SAVED_COPY, ".")
 
 
 def lora_scalings(module: nn.Module) -> dict[str, float]:
@@ -170,8 +242,10 @@ def merge_lora_tensors(
 
     A LoRA linear ``path`` contributes ``path.base_layer.weight W [out, in]``, ``path.lora_A.default.weight
     A [r, in]`` and ``path.lora_B.default.weight B [out, r]``; it is emitted once all three were seen as
-    ``path.weight = W + scaling[path] · B @ A`` (computed in fp32, cast back to W's dtype). Other entries
-    pass through renamed (:func:`base_name`). Memory: the pending tensors of one layer.
+    ``path.weight = W + scaling[path] · B @ A`` (computed in fp32, cast back to W's dtype). A
+    ``modules_to_save`` module (the critic's value head) is emitted from its trained copy; its frozen
+    ``original_module`` is dropped. Other entries pass through renamed (:func:`base_name`).
+    Memory: the pending tensors of one layer.
 
     Args:
         named_tensors: peft state-dict entries (e.g. ``iter_full_state_dict(peft_fsdp_module)``).
@@ -180,6 +254,8 @@ def merge_lora_tensors(
     pending: dict[str, dict[str, torch.Tensor]] = {}
     for raw_name, tensor in named_tensors:
         name = _clean(raw_name)
+        if _FROZEN_COPY in name:
+            continue  # the untrained original of a modules_to_save module; its trained copy is emitted
         parts = _lora_parts(name)
         if parts is None and is_lora_key(name):
             raise NotImplementedError(f"merging adapter entry {name!r} is not supported (only LoRA linear layers).")
@@ -229,12 +305,14 @@ def base_model_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Ite
 
 
 def lora_adapter_state_dict(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Adapter entries in peft's file naming (``...lora_A.weight``: adapter name dropped), on CPU."""
+    """Adapter entries in peft's file naming, on CPU: ``...lora_A.weight`` (adapter name dropped) and a
+    ``modules_to_save`` copy under its module's name (``base_model.model.score.weight``)."""
     out = {}
     for name, tensor in named_tensors:
         name = _clean(name)
-        if is_lora_key(name):
-            out[name.replace(f".{_ADAPTER}.", ".")] = tensor.detach().to("cpu", copy=True).contiguous()
+        if is_adapter_key(name):
+            file_name = name.replace(_SAVED_COPY, ".").replace(f".{_ADAPTER}.", ".")
+            out[file_name] = tensor.detach().to("cpu", copy=True).contiguous()
     return out
 
 
@@ -249,7 +327,7 @@ def gather_lora_adapter(module: nn.Module) -> dict[str, torch.Tensor]:
     if fsdp_version(module) == 1:
         return lora_adapter_state_dict(iter_full_state_dict(module))
     return lora_adapter_state_dict(
-        (name, _full_tensor(value)) for name, value in module.state_dict().items() if is_lora_key(name)
+        (name, _full_tensor(value)) for name, value in module.state_dict().items() if is_adapter_key(name)
     )
 
 

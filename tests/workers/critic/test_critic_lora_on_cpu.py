@@ -235,3 +235,21 @@ def test_value_lora_needs_a_value_head(tiny_model_dir):
     causal_lm, _ = load_hf_model(tiny_model_dir, kind="causal_lm", torch_dtype=torch.float32)
     with pytest.raises(ValueError, match="ForTokenClassification"):
         apply_value_lora(causal_lm, OmegaConf.create({"lora_rank": 4}))
+
+
+def test_lora_critic_with_checkpointing_and_packing(tiny_model_dir):
+    """Gradient checkpointing (frozen embeddings need input grads) + packed sequences: same values, same contract."""
+    worker = make_worker(
+        tiny_model_dir, "critic.model.enable_gradient_checkpointing=True", "critic.model.use_remove_padding=True"
+    )
+    padded = make_worker(tiny_model_dir)
+    data = batch(4)
+    mask = data.batch["response_mask"].bool()
+    torch.testing.assert_close(values_of(worker, data)[mask], values_of(padded, data)[mask], rtol=1e-5, atol=1e-5)
+    before = full_state(worker)
+    losses = [update(worker, data) for _ in range(3)]
+    after = full_state(worker)
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert any(".lora_A." in n for n in changed) and HEAD_COPY + "weight" in changed
+    assert all(is_trainable_name(n) for n in changed)
+    assert losses[-1] < losses[0], losses

@@ -7,6 +7,9 @@
                  ──► Hydra composes configs/sft_trainer.yaml ──► validate_sft_config (every problem at once)
                  ──► init_distributed (gloo on CPU, nccl on CUDA) ──► FSDPSFTTrainer.fit ──► clean teardown
 
+Sequence parallelism as in verl: ``use_remove_padding=True ulysses_sequence_parallel_size=2`` (groups of 2 ranks
+share each micro batch; batch sizes count data-parallel ranks, world / 2).
+
 The final checkpoint ``{trainer.default_local_dir}/global_step_N/huggingface`` is a plain HF folder:
 start GRPO/PPO from it with ``actor_rollout_ref.model.path=<that folder>``.
 """

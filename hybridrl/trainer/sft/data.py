@@ -1,10 +1,14 @@
 """Datasets and data loaders of the SFT trainer.
 
+Loaders shard by DATA-PARALLEL rank: with Ulysses SP (``ulysses_sequence_parallel_size = sp``) the
+``rank``/``world_size`` passed here are ``dp_rank``/``dp = W / sp`` (``parallel.py``), so the sp ranks of
+a group load the same samples, as in verl.
+
 Train: ``DistributedSampler(shuffle=True, seed=trainer.seed, drop_last=True)`` → ``DataLoader`` of the
-per-rank batch, so an epoch is ``len(dataset) // global_batch`` steps and resuming at step k is exact
+per-dp-rank batch, so an epoch is ``len(dataset) // global_batch`` steps and resuming at step k is exact
 (set the epoch, skip ``k mod steps_per_epoch`` batches).
 
-Validation: every sample exactly once. Rank r takes samples r, r + W, r + 2W, …; ranks that run out
+Validation: every sample exactly once. Dp rank r takes samples r, r + dp, r + 2·dp, …; ranks that run out
 pad with a copy of sample 0 whose loss mask is zeroed, so every rank runs the same number of forwards
 (FSDP collectives stay matched) and the padding adds nothing to the loss.
 """
@@ -43,7 +47,7 @@ def build_dataset(files: Any, tokenizer: Any, data_config: Any) -> Dataset:
 
 
 class ValidationShard(Dataset):
-    """Rank ``rank``'s share of ``dataset``: ``ceil(n / W)`` items, padding with masked-out copies."""
+    """Dp rank ``rank``'s share of ``dataset``: ``ceil(n / world_size)`` items, padding with masked-out copies."""
 
     def __init__(self, dataset: Dataset, rank: int, world_size: int):
         self.dataset, self.rank, self.world_size = dataset, rank, world_size
@@ -62,7 +66,8 @@ class ValidationShard(Dataset):
 
 
 def build_train_loader(dataset: Dataset, per_rank_batch: int, rank: int, world_size: int, seed: int) -> DataLoader:
-    """Shuffled, sharded, ``drop_last`` loader of ``per_rank_batch`` samples per step on this rank."""
+    """Shuffled, sharded, ``drop_last`` loader of ``per_rank_batch`` samples per step on dp rank ``rank`` of
+    ``world_size`` dp ranks."""
     if len(dataset) < per_rank_batch * world_size:  # type: ignore[arg-type]
         raise ValueError(
             f"the training set has {len(dataset)} samples, fewer than one global batch "  # type: ignore[arg-type]
@@ -75,5 +80,5 @@ def build_train_loader(dataset: Dataset, per_rank_batch: int, rank: int, world_s
 
 
 def build_val_loader(dataset: Dataset, micro_batch: int, rank: int, world_size: int) -> DataLoader:
-    """Unshuffled loader over :class:`ValidationShard` in micro batches."""
+    """Unshuffled loader over :class:`ValidationShard` (dp rank ``rank`` of ``world_size``) in micro batches."""
     return DataLoader(ValidationShard(dataset, rank, world_size), batch_size=micro_batch, shuffle=False, num_workers=0)

@@ -2,14 +2,19 @@
 
 Notation:
     B: micro-batch size, T: sequence length (``data.max_length``), V: vocabulary size,
-    W: data-parallel world size, N: target tokens in the global batch (every rank, every micro batch).
+    W: world size = dp · sp, dp: data-parallel size, sp: ``ulysses_sequence_parallel_size``,
+    N: target tokens in the global batch (every dp rank, every micro batch, counted once).
 
-A rank's micro batch m contributes ``S_m = Σ_t mask_t · CE(logits_t, input_ids_{t+1})``. The step loss is
+A dp rank's micro batch m contributes ``S_m = Σ_t mask_t · CE(logits_t, input_ids_{t+1})``. The step loss is
 
-    L = (1 / N) · Σ_{ranks} Σ_m S_m                                     (a token mean over the global batch)
+    L = (1 / N) · Σ_{dp ranks} Σ_m S_m                                  (a token mean over the global batch)
 
-Each rank back-propagates ``W · S_m / N``: FSDP averages gradients over the W ranks, so the update is
-exactly ∇L whatever the micro-batch split or the number of ranks (grad accumulation ≡ a bigger batch).
+Each rank back-propagates ``dp · S_m / N``. Without SP (dp = W) FSDP averages gradients over the W ranks,
+so the update is exactly ∇L whatever the micro-batch split or the number of ranks (grad accumulation ≡ a
+bigger batch). With Ulysses SP the sp ranks of a group all hold the same ``S_m`` (per-token losses are
+all-gathered); the gather's backward hands each rank its slice's gradient times sp, so the group's ranks
+sum to ``sp · ∇(dp · S_m / N)``; FSDP's average over all W = dp · sp ranks divides that by dp · sp,
+leaving ``∇(S_m / N)`` per group: ∇L again (tests/trainer/sft/test_sft_sequence_parallel.py checks it).
 
 Deviation from verl 0.5 (``FSDPSFTTrainer._compute_loss_and_backward``): verl normalises each micro
 batch by its own token count and averages micro batches and ranks (a mean of means, which weights a
@@ -34,13 +39,20 @@ def masked_token_loss_sum(logits: torch.Tensor, input_ids: torch.Tensor, loss_ma
     Returns:
         A scalar: ``Σ_{b, t < T-1} loss_mask[b, t] · CE(logits[b, t], input_ids[b, t + 1])``.
     """
-    shift_logits = logits[:, :-1, :].float()  # [B, T-1, V]
-    labels = input_ids[:, 1:]  # [B, T-1]
-    mask = loss_mask[:, :-1].to(shift_logits.dtype)  # [B, T-1]
-    token_loss = F.cross_entropy(
-        shift_logits.reshape(-1, shift_logits.shape[-1]), labels.reshape(-1), reduction="none"
-    )  # [B·(T-1)]
-    return (token_loss * mask.reshape(-1)).sum()
+    token_loss = token_cross_entropy(logits[:, :-1, :], input_ids[:, 1:])  # [B, T-1]
+    return (token_loss * loss_mask[:, :-1].to(token_loss.dtype)).sum()
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy in fp32: ``logits [N, T, V]``, ``labels [N, T]`` → ``[N, T]``."""
+    flat = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+    return flat.view(labels.shape)
+
+
+def masked_sum(token_loss: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """``Σ_{b, t < T-1} loss_mask[b, t] · token_loss[b, t]`` for ``[B, T]`` inputs (position t scores token t+1,
+    so the last position predicts nothing)."""
+    return (token_loss[:, :-1] * loss_mask[:, :-1].to(token_loss.dtype)).sum()
 
 
 def num_target_tokens(loss_mask: torch.Tensor) -> torch.Tensor:

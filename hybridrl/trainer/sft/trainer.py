@@ -1,10 +1,12 @@
 """``FSDPSFTTrainer``: supervised fine-tuning of a HF causal LM with FSDP2 (or FSDP1), one process per rank.
 
-    torchrun ─► rank r: tokenizer, SFTDataset / MultiTurnSFTDataset ─► DistributedSampler shard
-                        model ─► apply_fsdp ─► AdamW + warmup/cosine LR
-              fit: for each global batch (per-rank batch = micro × grad_accum):
-                     N = all_reduce(target tokens)            (global token count)
-                     for each micro batch: backward(W · S_m / N)  (see loss.py)
+    torchrun ─► rank r = dp_rank · sp + sp_rank (parallel.py; sp = ulysses_sequence_parallel_size)
+                tokenizer, SFTDataset / MultiTurnSFTDataset ─► DistributedSampler shard of dp_rank
+                model (ulysses_sdpa attention under SP) ─► apply_fsdp over all W ranks ─► AdamW + LR schedule
+              fit: for each global batch (per-dp-rank batch = micro × grad_accum):
+                     N = Σ_dp target tokens                       (global token count)
+                     for each micro batch: backward(dp · S_m / N)  (forward.py: padded, packed or
+                                                                     packed + Ulysses; scaling: loss.py)
                      clip_grad_and_step ─► lr_scheduler.step
                      every test_freq / at the end: val/loss (global token mean over the whole val set)
                      every save_freq / at the end: global_step_N checkpoint (+ HF weights at the end)
@@ -25,20 +27,12 @@ from torch import nn
 from hybridrl.trainer.sft.checkpointing import resume_folder, resumed_step, save_step
 from hybridrl.trainer.sft.config import plan_batches, scheduler_config
 from hybridrl.trainer.sft.data import build_dataset, build_train_loader, build_val_loader
-from hybridrl.trainer.sft.loss import masked_token_loss_sum, num_target_tokens
+from hybridrl.trainer.sft.forward import micro_batch_loss_sum
+from hybridrl.trainer.sft.loss import num_target_tokens
+from hybridrl.trainer.sft.parallel import build_layout, sum_over_dp_ranks
 from hybridrl.utils.device import current_device
 from hybridrl.workers import engine
 from hybridrl.workers.engine.lora import apply_lora, lora_enabled
-
-_MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
-
-
-def _all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
-    """Sum over ranks (a copy; identity without a multi-rank group)."""
-    value = value.detach().clone()
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    return value
 
 
 def _split(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
@@ -60,6 +54,8 @@ class FSDPSFTTrainer:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = current_device()
         self.plan = plan_batches(config, self.world_size)
+        self.layout = build_layout(self.plan.sp_size)
+        self.use_remove_padding = bool(config.get("use_remove_padding", False))
         torch.manual_seed(int(config.trainer.seed))
         model_cfg, data_cfg = config.model, config.data
         self.tokenizer = engine.build_tokenizer(
@@ -69,10 +65,11 @@ class FSDPSFTTrainer:
         )
         self.train_dataset = build_dataset(data_cfg.train_files, self.tokenizer, data_cfg)
         self.val_dataset = build_dataset(data_cfg.val_files, self.tokenizer, data_cfg)
+        dp_rank, dp_size = self.layout.dp_rank, self.layout.dp_size  # an SP group loads the same samples
         self.train_loader = build_train_loader(
-            self.train_dataset, self.plan.per_rank_batch, self.rank, self.world_size, int(config.trainer.seed)
+            self.train_dataset, self.plan.per_rank_batch, dp_rank, dp_size, int(config.trainer.seed)
         )
-        self.val_loader = build_val_loader(self.val_dataset, self.plan.micro_batch, self.rank, self.world_size)
+        self.val_loader = build_val_loader(self.val_dataset, self.plan.micro_batch, dp_rank, dp_size)
         self.steps_per_epoch = len(self.train_loader)
         steps = config.trainer.get("total_training_steps")
         self.total_training_steps = int(steps) if steps else self.steps_per_epoch * int(config.trainer.total_epochs)
@@ -86,13 +83,17 @@ class FSDPSFTTrainer:
         self.global_step = 0
 
     def _build_model(self) -> nn.Module:
-        """Load ``model.partial_pretrain``, optional gradient checkpointing, then shard with ``model.strategy``."""
+        """Load ``model.partial_pretrain``, optional gradient checkpointing, then shard with ``model.strategy``.
+
+        Under SP the attention is ``ulysses_sdpa`` and the wrapped model is marked with the SP group.
+        """
         model_cfg, fsdp_cfg = self.config.model, self.config.model.fsdp_config
         engine.import_external_libs(model_cfg.get("external_lib"))
         module, hf_config = engine.load_hf_model(
             model_cfg.partial_pretrain,
             torch_dtype=engine.to_dtype(fsdp_cfg.model_dtype),
             trust_remote_code=bool(model_cfg.trust_remote_code),
+            attn_implementation=self.layout.attention_implementation(),
         )
         hf_config.use_cache = False
         if model_cfg.enable_gradient_checkpointing:
@@ -103,33 +104,36 @@ class FSDPSFTTrainer:
             module.to(self.device)
         wrap_cfg = {"wrap_policy": {"min_num_params": int(fsdp_cfg.wrap_policy.min_num_params)}, "fsdp_size": -1}
         offload = bool(fsdp_cfg.cpu_offload and fsdp_cfg.offload_params)
-        return engine.apply_fsdp(module, wrap_cfg, strategy=str(model_cfg.strategy), param_offload=offload)
+        wrapped = engine.apply_fsdp(module, wrap_cfg, strategy=str(model_cfg.strategy), param_offload=offload)
+        return self.layout.mark(wrapped)
 
     # ------------------------------------------------------------------------- steps
 
     def _forward_loss_sum(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
-        inputs = {k: micro[k].to(self.device) for k in _MODEL_INPUTS}
-        logits = self.model(**inputs, use_cache=False).logits  # [b, T, V]
-        return masked_token_loss_sum(logits, inputs["input_ids"], micro["loss_mask"].to(self.device))
+        return micro_batch_loss_sum(self.model, micro, self.use_remove_padding, self.device)
+
+    def _sum_over_dp(self, value: torch.Tensor) -> torch.Tensor:
+        return sum_over_dp_ranks(value, self.layout)
 
     def training_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One optimizer step on this rank's ``[per_rank_batch, T]`` share of the global batch."""
+        """One optimizer step on this dp rank's ``[per_rank_batch, T]`` share of the global batch."""
         self.model.train()
         micro_batches = _split(batch, self.plan.micro_batch)
         local_tokens = sum(num_target_tokens(m["loss_mask"]) for m in micro_batches)
-        num_tokens = _all_reduce_sum(torch.as_tensor(local_tokens, dtype=torch.float32, device=self.device))
+        num_tokens = self._sum_over_dp(torch.as_tensor(local_tokens, dtype=torch.float32, device=self.device))
         denominator = num_tokens.clamp(min=1.0)
         loss_sum = torch.zeros((), device=self.device)
         for micro in micro_batches:
             micro_loss_sum = self._forward_loss_sum(micro)
-            # W · S_m / N: FSDP averages over the W ranks, so the update is ∇(Σ S / N)
-            (micro_loss_sum * self.world_size / denominator).backward()
+            # dp · S_m / N: FSDP averages over W = dp · sp ranks and the SP gather's backward scales by sp,
+            # so the update is ∇(Σ S / N) (loss.py)
+            (micro_loss_sum * self.layout.dp_size / denominator).backward()
             loss_sum += micro_loss_sum.detach()
         grad_norm, _ = engine.clip_grad_and_step(self.model, self.optimizer, float(self.config.optim.clip_grad))
         lr = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = _all_reduce_sum(loss_sum) / denominator
+        loss = self._sum_over_dp(loss_sum) / denominator
         return {"train/loss": float(loss), "train/lr": float(lr), "train/grad_norm": float(grad_norm)}
 
     @torch.no_grad()
@@ -142,7 +146,7 @@ class FSDPSFTTrainer:
             loss_sum += self._forward_loss_sum(micro)
             tokens += num_target_tokens(micro["loss_mask"]).to(self.device)
         self.model.train()
-        return float(_all_reduce_sum(loss_sum) / _all_reduce_sum(tokens).clamp(min=1.0))
+        return float(self._sum_over_dp(loss_sum) / self._sum_over_dp(tokens).clamp(min=1.0))
 
     # ------------------------------------------------------------------------- loop
 

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import io
-import multiprocessing
-import os
-import socket
-import traceback
-
 import pytest
 import torch
 
 from hybridrl.utils import ulysses
+from tests.workers.engine.engine_testlib import run_ranks
 
 
 def test_pad_and_slice_by_hand():
@@ -99,12 +94,6 @@ def _sp_checks(rank: int, model_dir: str) -> dict:
         dist.all_reduce(grad)
         grad /= dist.get_world_size()
     return {"plain_lp": plain_lp, "sp_lp": sp_lp, "plain_grads": plain_grads, "sp_grads": sp_grads}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker_checks(rank: int, model_dir: str) -> dict:
@@ -226,42 +215,20 @@ def _reward_model_checks(rank: int, model_dir: str) -> dict:
 _CHECKS = {"model": _sp_checks, "worker": _worker_checks, "critic": _critic_checks, "rm": _reward_model_checks}
 
 
-def _entry(rank: int, world: int, port: int, check: str, model_dir: str, queue) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    os.environ.update(LOCAL_RANK=str(rank), HYBRIDRL_DEVICE="cpu")
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group("gloo")
-        buffer = io.BytesIO()
-        torch.save(_CHECKS[check](rank, model_dir), buffer)
-        queue.put((rank, "ok", buffer.getvalue()))
-    except BaseException:
-        queue.put((rank, "error", traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+def _check_on_rank(rank: int, world: int, check: str, model_dir: str) -> dict:
+    return _CHECKS[check](rank, model_dir)
 
 
 def _run(check: str, world: int, model_dir: str) -> list[dict]:
-    ctx = multiprocessing.get_context("spawn")
-    queue, port = ctx.Queue(), _free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, check, model_dir, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, status, payload = queue.get(timeout=300)
-            assert status == "ok", f"rank {rank} failed:\n{payload}"
-            results[rank] = torch.load(io.BytesIO(payload), weights_only=False)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    return [results[r] for r in range(world)]
+    return run_ranks(_check_on_rank, world, check, model_dir)
+
+
+def _single_and_sp2(check: str, model_dir: str) -> tuple[dict, list[dict]]:
+    """The check on 1 rank without SP and on 2 ranks forming one SP group."""
+    (single,) = _run(check, 1, model_dir)
+    sp = _run(check, 2, model_dir)
+    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    return single, sp
 
 
 @pytest.mark.slow
@@ -276,9 +243,7 @@ def test_sp2_equals_sp1_log_probs_and_gradients(tiny_model_dir):
 @pytest.mark.slow
 def test_worker_sp2_matches_single_rank(tiny_model_dir):
     """2 ranks in one SP group (dp=1) train exactly like 1 rank without SP on the same batch."""
-    (single,) = _run("worker", 1, tiny_model_dir)
-    sp = _run("worker", 2, tiny_model_dir)
-    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    single, sp = _single_and_sp2("worker", tiny_model_dir)
     for key in ("before", "after"):
         torch.testing.assert_close(torch.cat([r[key] for r in sp]), single[key], rtol=1e-5, atol=1e-5)
     assert (single["after"] - single["before"]).abs().max() > 1e-4  # the update moved the policy
@@ -288,9 +253,7 @@ def test_worker_sp2_matches_single_rank(tiny_model_dir):
 @pytest.mark.slow
 def test_critic_sp2_matches_single_rank(tiny_model_dir):
     """A critic SP group of 2 (dp=1) gives the values and update of 1 rank without SP on the same batch."""
-    (single,) = _run("critic", 1, tiny_model_dir)
-    sp = _run("critic", 2, tiny_model_dir)
-    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    single, sp = _single_and_sp2("critic", tiny_model_dir)
     for key in ("before", "after"):
         torch.testing.assert_close(torch.cat([r[key] for r in sp]), single[key], rtol=1e-5, atol=1e-5)
     assert (single["after"] - single["before"]).abs().max() > 1e-3  # the update moved the values
@@ -299,9 +262,7 @@ def test_critic_sp2_matches_single_rank(tiny_model_dir):
 
 @pytest.mark.slow
 def test_reward_model_sp2_matches_single_rank(tiny_model_dir):
-    (single,) = _run("rm", 1, tiny_model_dir)
-    sp = _run("rm", 2, tiny_model_dir)
-    assert [r["sp"] for r in sp] == [2, 2] and single["sp"] == 1
+    single, sp = _single_and_sp2("rm", tiny_model_dir)
     torch.testing.assert_close(torch.cat([r["scores"] for r in sp]), single["scores"], rtol=1e-5, atol=1e-5)
     assert (single["scores"] != 0).sum() == 4  # one score per row, on its last valid response token
 

@@ -7,25 +7,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from fsdp_workers_testlib import RESPONSE_LEN, hf_response_log_probs, ppo_batch, ppo_config
 
 from hybridrl.single_controller.base.decorator import Dispatch
-from hybridrl.single_controller.base.worker import free_port
 
-
-@pytest.fixture(scope="module", autouse=True)
-def single_rank_group():
-    """A 1-rank gloo group for the workers of this module, torn down afterwards."""
-    mp = pytest.MonkeyPatch()
-    for key, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-        mp.setenv(key, value)
-    mp.setenv("MASTER_PORT", str(free_port()))
-    mp.setenv("HYBRIDRL_DEVICE", "cpu")
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("single_rank_env")  # a 1-rank gloo group (tests/workers/conftest.py)
 
 
 @pytest.fixture(scope="module")

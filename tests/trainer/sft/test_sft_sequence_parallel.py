@@ -8,16 +8,14 @@ parameters and the shapes the model's forward was called with.
 
 from __future__ import annotations
 
-import io
-import multiprocessing
-import os
-import traceback
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+
+from tests.workers.engine.engine_testlib import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -88,46 +86,12 @@ def _one_step(overrides: list[str]) -> dict:
     }
 
 
-def _entry(rank: int, world: int, port: int, overrides: list[str], queue) -> None:
-    import torch.distributed as dist
-
-    from hybridrl.utils.distributed import init_distributed
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    os.environ.update(LOCAL_RANK=str(rank), HYBRIDRL_DEVICE="cpu")
-    torch.set_num_threads(1)
-    try:
-        init_distributed("cpu")
-        buffer = io.BytesIO()
-        torch.save(_one_step(overrides), buffer)
-        queue.put((rank, "ok", buffer.getvalue()))
-    except BaseException:
-        queue.put((rank, "error", traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+def _step_on_rank(rank: int, world: int, overrides: list[str]) -> dict:
+    return _one_step(overrides)
 
 
 def _run(world: int, overrides: list[str]) -> list[dict]:
-    from hybridrl.single_controller.base.worker import free_port
-
-    ctx = multiprocessing.get_context("spawn")
-    queue, port = ctx.Queue(), free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, overrides, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = {}
-    try:
-        for _ in range(world):
-            rank, status, payload = queue.get(timeout=300)
-            assert status == "ok", f"rank {rank} failed:\n{payload}"
-            results[rank] = torch.load(io.BytesIO(payload), weights_only=False)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    return [results[r] for r in range(world)]
+    return run_ranks(_step_on_rank, world, overrides)
 
 
 def test_sp2_step_equals_single_rank_step(tiny_model_dir, tmp_path):

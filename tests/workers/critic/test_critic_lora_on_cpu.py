@@ -11,11 +11,9 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
-from hybridrl.single_controller.base.worker import free_port
 from hybridrl.utils.config.loading import compose_config
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
@@ -23,18 +21,7 @@ P, R = 6, 5
 HEAD_COPY = "base_model.model.score.modules_to_save.default."
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_rank_group():
-    """A 1-rank gloo group for the workers of this module (the worker joins it), torn down afterwards."""
-    mp = pytest.MonkeyPatch()
-    for key, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-        mp.setenv(key, value)
-    mp.setenv("MASTER_PORT", str(free_port()))
-    mp.setenv("HYBRIDRL_DEVICE", "cpu")
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("single_rank_env")  # a 1-rank gloo group (tests/workers/conftest.py)
 
 
 def critic_config(model_dir: str, *extra: str):

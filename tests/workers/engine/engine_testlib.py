@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
-import socket
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,14 +13,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hybridrl.single_controller.base.worker import free_port
+
 _DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -51,9 +51,7 @@ class CriticWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         normalize_critic_batch_sizes(self.config, world_size, "critic")
-        sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
-        use_remove_padding = bool(self.config.model.get("use_remove_padding", False))
-        self.ulysses = UlyssesShardingManager(sp_group_from_config(sp_size, use_remove_padding, "critic"))
+        self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "critic"))
         self._checkpoint_manager: Any = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

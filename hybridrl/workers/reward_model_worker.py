@@ -62,9 +62,7 @@ class RewardModelWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         normalize_reward_model_batch_sizes(self.config, world_size)
-        sp_size = int(self.config.get("ulysses_sequence_parallel_size", 1) or 1)
-        use_remove_padding = bool(self.config.model.get("use_remove_padding", False))
-        self.ulysses = UlyssesShardingManager(sp_group_from_config(sp_size, use_remove_padding, "reward_model"))
+        self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "reward_model"))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:

@@ -268,11 +268,16 @@ def test_reward_model_sp2_matches_single_rank(tiny_model_dir):
 
 
 def test_critic_worker_refuses_sp_without_remove_padding():
+    from omegaconf import OmegaConf
+
     from hybridrl.workers.sharding_manager.fsdp_ulysses import sp_group_from_config
 
-    assert sp_group_from_config(1, False, "critic") is None  # no SP: nothing to check, no group
+    def critic(sp: int):
+        return OmegaConf.create({"ulysses_sequence_parallel_size": sp, "model": {"use_remove_padding": False}})
+
+    assert sp_group_from_config(critic(1), "critic") is None  # no SP: nothing to check, no group
     with pytest.raises(ValueError, match="critic.model.use_remove_padding=True"):
-        sp_group_from_config(2, False, "critic")
+        sp_group_from_config(critic(2), "critic")
 
 
 def test_worker_refuses_sp_without_remove_padding(tiny_model_dir, monkeypatch):

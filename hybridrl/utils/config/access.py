@@ -32,10 +32,7 @@ def positive_int(config: DictConfig, key: str, problems: list[ConfigProblem], al
 
 def world_size(config: DictConfig) -> int | None:
     """trainer.nnodes * trainer.n_gpus_per_node, or None when either is not a positive int."""
-    nodes, per_node = get(config, "trainer.nnodes"), get(config, "trainer.n_gpus_per_node")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nodes, per_node)):
-        return None
-    return int(nodes) * int(per_node)
+    return _pool_size(config, "trainer")
 
 
 def role_world_size(config: DictConfig, section: str) -> int | None:
@@ -43,6 +40,11 @@ def role_world_size(config: DictConfig, section: str) -> int | None:
     ``nnodes * n_gpus_per_node`` of the section) or the global pool."""
     if not get(config, f"{section}.enable_resource_pool"):
         return world_size(config)
+    return _pool_size(config, section)
+
+
+def _pool_size(config: DictConfig, section: str) -> int | None:
+    """``<section>.nnodes * <section>.n_gpus_per_node``, or None when either is not a positive int."""
     nodes, per_node = get(config, f"{section}.nnodes"), get(config, f"{section}.n_gpus_per_node")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nodes, per_node)):
         return None

@@ -33,6 +33,7 @@ from hybridrl.protocol import DataProto
 from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
+from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor, append_to_dict
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 
@@ -115,6 +116,7 @@ class DataParallelPPOActor(BasePPOActor):
             use_remove_padding = bool(config.get("use_remove_padding", False))
         self.use_remove_padding = use_remove_padding
         self.device_name = get_device_name()
+        self._sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
         chunked = bool(config.get("entropy_from_logits_with_chunking", False))
         use_compile = bool(config.get("use_torch_compile", True))
         # verl compiles the plain entropy helper (dynamic shapes); the chunked one loops in Python
@@ -260,7 +262,7 @@ class DataParallelPPOActor(BasePPOActor):
                     mini_batch,
                     config.get("ppo_micro_batch_size_per_gpu"),
                     bool(config.get("use_dynamic_bsz", False)),
-                    _sp_token_budget(config),
+                    sp_token_budget(config.get("ppo_max_token_len_per_gpu"), self._sp_size),
                 )
                 self.actor_optimizer.zero_grad()
                 for micro_batch in micro_batches:
@@ -278,13 +280,6 @@ class DataParallelPPOActor(BasePPOActor):
         if self.config.get("use_dynamic_bsz", False):
             return micro_batch.batch_size[0] / mini_batch_size
         return 1.0 / (mini_batch_size // self.config.ppo_micro_batch_size_per_gpu)
-
-
-def _sp_token_budget(config: Any) -> Any:
-    """``ppo_max_token_len_per_gpu × ulysses_sequence_parallel_size`` (an SP group shares the tokens, as verl)."""
-    budget = config.get("ppo_max_token_len_per_gpu")
-    sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
-    return budget * sp_size if isinstance(budget, int) else budget
 
 
 def _call_policy_loss(

@@ -36,20 +36,21 @@ def build_sp_group(sp_size: int) -> Any:
     return mine
 
 
-def sp_group_from_config(sp_size: int, use_remove_padding: bool, section: str) -> Any:
-    """The SP group of a critic or reward-model worker, or None when ``sp_size == 1``.
+def sp_group_from_config(section_config: Any, section: str) -> Any:
+    """The SP group of a critic or reward-model worker, or None when its ``ulysses_sequence_parallel_size`` is 1.
 
     Args:
-        sp_size: ``<section>.ulysses_sequence_parallel_size``.
-        use_remove_padding: ``<section>.model.use_remove_padding`` (Ulysses slices the packed row).
-        section: the config section, for the error message.
+        section_config: the ``critic`` / ``reward_model`` section (``ulysses_sequence_parallel_size``,
+            ``model.use_remove_padding``: Ulysses slices the packed row).
+        section: the section's name, for the error message.
 
     Raises:
         ValueError: SP without ``use_remove_padding``, or a size that does not divide the world size.
     """
+    sp_size = int(section_config.get("ulysses_sequence_parallel_size", 1) or 1)
     if sp_size <= 1:
         return None
-    if not use_remove_padding:
+    if not bool(section_config.model.get("use_remove_padding", False)):
         raise ValueError(
             f"{section}.ulysses_sequence_parallel_size={sp_size} needs {section}.model.use_remove_padding=True "
             "(as in verl); set it, or the size to 1."

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config.loading import compose_config
-from hybridrl.utils.torch_functional import compute_position_id_with_mask
+from tests.workers.fsdp_workers_testlib import RESPONSE_LEN as R
+from tests.workers.fsdp_workers_testlib import ppo_batch
 
-P, R = 6, 5
 HEAD_COPY = "base_model.model.score.modules_to_save.default."
 
 
@@ -43,23 +43,11 @@ def critic_config(model_dir: str, *extra: str):
 
 
 def batch(seed: int = 0, size: int = 4) -> DataProto:
-    """Left-padded prompts [B, 6] + right-padded responses [B, 5]; returns are a fixed target in [-1, 1]."""
-    gen = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, 500, (size, P + R), generator=gen)
-    mask = torch.zeros_like(input_ids)
-    for row in range(size):
-        mask[row, row % 3 : P + R - (row % 4)] = 1
-    response_mask = mask[:, P:]
-    tensors = {
-        "input_ids": input_ids,
-        "attention_mask": mask,
-        "position_ids": compute_position_id_with_mask(mask),
-        "responses": input_ids[:, P:],
-        "response_mask": response_mask,
-        "values": torch.zeros(size, R),
-        "returns": (torch.rand(size, R, generator=gen) * 2 - 1) * response_mask,
-    }
-    return DataProto.from_dict(tensors=tensors)
+    """:func:`ppo_batch` (prompts [B, 6] + responses [B, 5]) with returns a fixed random target in [-1, 1]."""
+    data = ppo_batch(size, seed)
+    targets = torch.rand(size, R, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    data.batch["returns"] = targets * data.batch["response_mask"]
+    return data
 
 
 def make_worker(model_dir: str, *extra: str):

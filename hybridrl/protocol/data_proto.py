@@ -11,9 +11,7 @@ The canonical keys of a PPO step, their shapes and the stage that adds each one 
 ``batch`` and ``non_tensor_batch`` together and carry ``meta_info`` along. ``None`` for a part means
 empty, as in verl: ``DataProto(batch=None, non_tensor_batch=None)`` has 0 rows.
 
-This module builds on the leaf modules of the package (validation, rows, merge, auto_padding,
-serialization); the functions that take a DataProto (padding, folding, futures) import it, never
-the other way round.
+The class builds on the package's leaf modules; padding, folding and futures import it, never the reverse.
 """
 
 from __future__ import annotations
@@ -388,18 +386,14 @@ class DataProto:
     def print_size(self, prefix: str = "") -> None:
         """Print the GB held by ``batch`` and by ``non_tensor_batch``."""
         tensors = tensor_items(self.batch) if self.batch is not None else []
-        tensor_bytes = sum(t.element_size() * t.numel() for _, t in tensors)
-        numpy_bytes = sum(arr.nbytes for arr in self.non_tensor_batch.values())
-        message = (
-            f"Size of tensordict: {tensor_bytes / 1024**3} GB, size of non_tensor_batch: {numpy_bytes / 1024**3} GB"
-        )
+        tensor_gb = sum(t.element_size() * t.numel() for _, t in tensors) / 1024**3
+        numpy_gb = sum(arr.nbytes for arr in self.non_tensor_batch.values()) / 1024**3
+        message = f"Size of tensordict: {tensor_gb} GB, size of non_tensor_batch: {numpy_gb} GB"
         print(f"{prefix}, {message}" if prefix else message)
 
 
 def collate_fn(items: list[DataProtoItem]) -> DataProto:
     """DataLoader collate: stack ``DataProtoItem`` rows back into a DataProto (no meta_info)."""
     batch = cast(TensorDict, torch.stack([item.batch for item in items])).contiguous()  # type: ignore[misc]
-    non_tensor = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
-    return DataProto(
-        batch=batch, non_tensor_batch={key: np.array(val, dtype=object) for key, val in non_tensor.items()}
-    )
+    columns = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
+    return DataProto(batch=batch, non_tensor_batch={key: np.array(val, dtype=object) for key, val in columns.items()})

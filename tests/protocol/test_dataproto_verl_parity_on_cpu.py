@@ -12,7 +12,6 @@ from tensordict import TensorDict
 
 from hybridrl.protocol import (
     DataProto,
-    DataProtoConfig,
     fold_batch_dim,
     pad_dataproto_to_divisor,
     unfold_batch_dim,
@@ -21,12 +20,7 @@ from hybridrl.protocol import (
     unpad_dataproto,
 )
 
-
-@pytest.fixture(autouse=True)
-def _no_global_padding(monkeypatch: pytest.MonkeyPatch) -> None:
-    for env in ("VERL_AUTO_PADDING", "HYBRIDRL_AUTO_PADDING"):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setattr(DataProtoConfig, "_config", {})
+pytestmark = pytest.mark.usefixtures("no_global_padding")
 
 
 def three_rows() -> DataProto:

@@ -30,11 +30,7 @@ def acts(data: DataProto) -> list[int]:
     return data.batch["act"].tolist()
 
 
-@pytest.fixture(autouse=True)
-def _no_global_padding(monkeypatch: pytest.MonkeyPatch) -> None:
-    for env in ("VERL_AUTO_PADDING", "HYBRIDRL_AUTO_PADDING"):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setattr(DataProtoConfig, "_config", {})
+pytestmark = pytest.mark.usefixtures("no_global_padding")
 
 
 # ---------------------------------------------------------------------------- chunk / split / concat

@@ -2,19 +2,21 @@
 
 A ``DataProto`` holds ``B`` rows in three parts:
 
-* ``batch``: a ``TensorDict`` with batch size ``[B]`` (``input_ids [B, T]``, ``responses [B, R]``, ...);
+* ``batch``: a ``TensorDict`` with batch size ``[B]`` (``input_ids [B, P+R]``, ``responses [B, R]``, ...);
 * ``non_tensor_batch``: ``{key: np.ndarray(dtype=object) of length B}`` (``uid``, ``data_source``, ...);
-* ``meta_info``: a plain dict shared by all rows (``temperature``, ``global_steps``, ``metrics``, ...).
+* ``meta_info``: a plain dict shared by all rows (``global_steps``, ``metrics``, ...).
 
-Row operations (index, slice, chunk, concat, repeat, reorder) apply to ``batch`` and
-``non_tensor_batch`` together and carry ``meta_info`` along. Ray is imported lazily (only by
-``DataProtoFuture.get``), so importing this module stays cheap.
+The canonical keys of a PPO step, their shapes and the stage that adds each one are tabled in
+:mod:`hybridrl.protocol.keys`. Row operations (index, slice, chunk, concat, repeat, reorder) apply to
+``batch`` and ``non_tensor_batch`` together and carry ``meta_info`` along. ``None`` for a part means
+empty, as in verl: ``DataProto(batch=None, non_tensor_batch=None)`` has 0 rows.
+
+The class builds on the package's leaf modules; padding, folding and futures import it, never the reverse.
 """
 
 from __future__ import annotations
 
 import copy
-import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -24,52 +26,26 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
-from hybridrl.protocol_extras import (
-    DataProtoFuture,
-    all_gather_data_proto,
-    collate_fn,
-    fold_batch_dim,
-    pad_dataproto_to_divisor,
-    unfold_batch_dim,
-    unpad_dataproto,
-)
-from hybridrl.protocol_ops import (
-    DataProtoConfig,
-    as_key_list,
-    check_rows,
-    chunk_sizes,
-    common_batch_size,
-    deserialize_tensordict,
+from hybridrl.protocol.auto_padding import DataProtoConfig
+from hybridrl.protocol.merge import (
     list_of_dict_to_dict_of_list,
     merge_meta_info,
-    normalize_row_index,
-    require,
-    require_batch,
-    serialize_tensordict,
-    tensor_items,
-    tile_rows,
-    unfold_or_repeat_rows,
     union_numpy_dict,
     union_tensor_dict,
     union_two_dict,
 )
+from hybridrl.protocol.rows import chunk_sizes, normalize_row_index, tensor_items, tile_rows, unfold_or_repeat_rows
+from hybridrl.protocol.serialization import deserialize_tensordict, load_from_disk, save_to_disk, serialize_tensordict
+from hybridrl.protocol.validation import (
+    as_key_list,
+    check_rows,
+    common_batch_size,
+    require,
+    require_batch,
+    require_batch_keys,
+)
 
-__all__ = [
-    "DataProto",
-    "DataProtoConfig",
-    "DataProtoFuture",
-    "DataProtoItem",
-    "all_gather_data_proto",
-    "collate_fn",
-    "fold_batch_dim",
-    "list_of_dict_to_dict_of_list",
-    "pad_dataproto_to_divisor",
-    "unfold_batch_dim",
-    "union_numpy_dict",
-    "union_tensor_dict",
-    "union_two_dict",
-    "unpad_dataproto",
-]
+__all__ = ["DataProto", "DataProtoItem", "Index", "collate_fn"]
 
 Index = int | np.integer | slice | list[Any] | np.ndarray | torch.Tensor
 
@@ -85,13 +61,20 @@ class DataProtoItem:
 
 @dataclass
 class DataProto:
-    """Rows of tensors (``batch``), per-row Python objects (``non_tensor_batch``) and shared ``meta_info``."""
+    """Rows of tensors (``batch``), per-row Python objects (``non_tensor_batch``) and shared ``meta_info``.
+
+    ``non_tensor_batch=None`` and ``meta_info=None`` are read as empty dicts (verl accepts both).
+    """
 
     batch: TensorDict | None = None
     non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
     meta_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.non_tensor_batch is None:
+            self.non_tensor_batch = {}
+        if self.meta_info is None:
+            self.meta_info = {}
         self.check_consistency()
 
     # ------------------------------------------------------------------ basics
@@ -152,7 +135,7 @@ class DataProto:
         """Build from tensors sharing their first ``num_batch_dims`` dims; lists become object arrays."""
         require(num_batch_dims > 0, "num_batch_dims must be greater than zero")
         if non_tensors is not None:
-            require(num_batch_dims == 1, "only num_batch_dims=1 is supported when non_tensors is given")
+            require(num_batch_dims == 1, "only support num_batch_dims=1 when non_tensors is not None")
         tensors = tensors or {}
         meta_info = {} if meta_info is None else meta_info
         non_tensors = {} if non_tensors is None else non_tensors
@@ -184,8 +167,7 @@ class DataProto:
         sub_batch = self.batch
         if batch_keys is not None:
             batch = require_batch(self.batch, f"select(batch_keys={list(batch_keys)})")
-            missing = [key for key in batch_keys if key not in batch.keys()]
-            require(not missing, f"select: batch keys {missing} not found; available: {sorted(batch.keys())}")
+            require_batch_keys(batch, batch_keys, "select")
             sub_batch = batch.select(*batch_keys)
         non_tensor = self.non_tensor_batch
         if non_tensor_batch_keys is not None:
@@ -209,7 +191,7 @@ class DataProto:
         meta_info: dict[str, Any] = {}
         for key in batch_keys or []:
             batch = require_batch(self.batch, f"pop(batch_keys=['{key}'])")
-            require(key in batch.keys(), f"pop: batch key '{key}' not found; available: {sorted(batch.keys())}")
+            require_batch_keys(batch, [key], "pop")
             tensors[key] = cast(torch.Tensor, batch.pop(key))
         for key in non_tensor_batch_keys or []:
             require(key in self.non_tensor_batch, f"pop: non_tensor_batch key '{key}' not found")
@@ -226,9 +208,7 @@ class DataProto:
             raise ValueError(f"new_keys and old_keys must have the same length, got {len(new)} and {len(old)}")
         for old_key, new_key in zip(old, new):
             batch = require_batch(self.batch, "rename")
-            require(
-                old_key in batch.keys(), f"rename: batch key '{old_key}' not found; available: {sorted(batch.keys())}"
-            )
+            require_batch_keys(batch, [old_key], "rename")
             batch.rename_key_(old_key, new_key)
         return self
 
@@ -290,7 +270,7 @@ class DataProto:
 
     def sample_level_repeat(self, repeat_times: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
         """Repeat row ``i`` ``repeat_times[i]`` times (interleaved)."""
-        counts = torch.as_tensor(list(repeat_times) if isinstance(repeat_times, tuple) else repeat_times)
+        counts = torch.as_tensor(list(repeat_times) if isinstance(repeat_times, tuple) else repeat_times).cpu()
         require(counts.dim() == 1 and counts.numel() == len(self), f"repeat_times must be 1-D of length {len(self)}")
         return self._map_rows(
             int(counts.sum()),
@@ -325,14 +305,18 @@ class DataProto:
         self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
 
     def chunk(self, chunks: int) -> list[DataProto]:
-        """Split rows into ``chunks`` parts (equal unless padding is enabled); meta_info goes to each."""
+        """Split rows into ``chunks`` parts (equal unless padding is enabled); meta_info goes to each.
+
+        Uneven sizes follow verl: ``torch.chunk``'s with a tensor batch (5 rows in 4 → 2, 2, 1, 0),
+        ``np.array_split``'s without one (5 rows in 4 → 2, 1, 1, 1); see :func:`rows.chunk_sizes`.
+        """
         if not self.is_padding_enabled():
             require(
                 len(self) % chunks == 0,
                 f"only support equal chunk. Got size of DataProto {len(self)} and chunk {chunks}; "
                 "enable DataProtoConfig.auto_padding or pad with pad_dataproto_to_divisor",
             )
-        offsets = np.cumsum([0, *chunk_sizes(len(self), chunks)])
+        offsets = np.cumsum([0, *chunk_sizes(len(self), chunks, spread_evenly=self.batch is None)])
         return [self.slice(int(offsets[i]), int(offsets[i + 1])) for i in range(chunks)]
 
     def split(self, split_size: int) -> list[DataProto]:
@@ -382,6 +366,7 @@ class DataProto:
     # ------------------------------------------------------------------ serialization
 
     def __getstate__(self) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+        """``(encoded batch, non_tensor_batch, meta_info)``; see :mod:`hybridrl.protocol.serialization`."""
         return serialize_tensordict(self.batch), self.non_tensor_batch, self.meta_info
 
     def __setstate__(self, state: tuple[Any, dict[str, np.ndarray], dict[str, Any]]) -> None:
@@ -389,21 +374,26 @@ class DataProto:
         self.batch = deserialize_tensordict(encoded_batch)
 
     def save_to_disk(self, filepath: str) -> None:
-        with open(filepath, "wb") as f:
-            pickle.dump(self, f)
+        """Pickle to ``filepath`` (verl's format)."""
+        save_to_disk(self, filepath)
 
     @staticmethod
     def load_from_disk(filepath: str) -> DataProto:
-        with open(filepath, "rb") as f:
-            data: DataProto = pickle.load(f)
+        """Read a file written by :meth:`save_to_disk` (it is a pickle: trusted files only)."""
+        data: DataProto = load_from_disk(filepath)
         return data
 
     def print_size(self, prefix: str = "") -> None:
         """Print the GB held by ``batch`` and by ``non_tensor_batch``."""
         tensors = tensor_items(self.batch) if self.batch is not None else []
-        tensor_bytes = sum(t.element_size() * t.numel() for _, t in tensors)
-        numpy_bytes = sum(arr.nbytes for arr in self.non_tensor_batch.values())
-        message = (
-            f"Size of tensordict: {tensor_bytes / 1024**3} GB, size of non_tensor_batch: {numpy_bytes / 1024**3} GB"
-        )
+        tensor_gb = sum(t.element_size() * t.numel() for _, t in tensors) / 1024**3
+        numpy_gb = sum(arr.nbytes for arr in self.non_tensor_batch.values()) / 1024**3
+        message = f"Size of tensordict: {tensor_gb} GB, size of non_tensor_batch: {numpy_gb} GB"
         print(f"{prefix}, {message}" if prefix else message)
+
+
+def collate_fn(items: list[DataProtoItem]) -> DataProto:
+    """DataLoader collate: stack ``DataProtoItem`` rows back into a DataProto (no meta_info)."""
+    batch = cast(TensorDict, torch.stack([item.batch for item in items])).contiguous()  # type: ignore[misc]
+    columns = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
+    return DataProto(batch=batch, non_tensor_batch={key: np.array(val, dtype=object) for key, val in columns.items()})

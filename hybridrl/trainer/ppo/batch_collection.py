@@ -26,10 +26,10 @@ __all__ = ["BatchCollector", "OneGenerationBatch", "Rollout"]
 class Rollout:
     """generate → reward on one generation batch, bound to one step's worker groups, settings and number."""
 
-    workers: WorkerGroups
+    workers: WorkerGroups  # actor_rollout generates; rm (if any) scores before the reward function
     settings: StepSettings
-    reward_fn: Any
-    global_steps: int
+    reward_fn: Any  # the training reward manager
+    global_steps: int  # the step being collected (the rollout seeds by it)
 
     def __call__(self, prompts: DataProto, gen_batch_index: int = 0) -> tuple[DataProto, dict[str, Any]]:
         """The scored batch of ``prompts`` (``rollout.n`` responses each) and the stages' metrics."""

@@ -1,15 +1,19 @@
 """RayPPOTrainer: the single controller that runs PPO / GRPO and their variants, assembled from parts.
 
-    driver (RayPPOTrainer.fit, inside the TaskRunner Ray actor)
-      │  for each dataloader batch of prompts:
-      │    batch_collector ─► generate ──► reward                                       (rollout, per generation batch)
-      │    update_stage    ─► old_log_prob ─► ref_log_prob ─► values ─► advantage ─► update_critic ─► update_actor
-      │    validator (every trainer.test_freq) · checkpointer (every trainer.save_freq)
-      │       │           │            │              │              │     (driver)       │               │
-      ▼       ▼           ▼            ▼              ▼              ▼                    ▼               ▼
-    WorkerGroups:  actor_rollout   reward fn   actor_rollout  ref (or the actor  critic           critic   actor_rollout
-                   (hybrid engine: (+ rm)                     with LoRA off)                               (weights then
-                    sync → generate)                                                                        resynced lazily)
+    driver: RayPPOTrainer.fit, inside the TaskRunner Ray actor; for each dataloader batch of prompts:
+      │
+      ├─ batch_collector ─► generate ──────────────────────► reward
+      │                     actor_rollout (hybrid engine:     reward fn (+ rm)
+      │                     sync weights → generate)
+      │                     + uid, prompts, responses,        + token_level_scores
+      │                       response_mask (ReMax: + reward_baselines)
+      │
+      ├─ update_stage ────► old_log_prob ─► ref_log_prob ─► values ──► advantage ────────► update_critic ─► update_actor
+      │                     actor_rollout   ref             critic     (driver)             critic          actor_rollout
+      │                     + old_log_probs + ref_log_prob  + values   + token_level_rewards,
+      │                                                                  advantages, returns
+      │
+      └─ validator (every trainer.test_freq) · checkpointer (every trainer.save_freq)
 
 Every arrow is a DataProto handed to a worker group method (Dispatch.DP_COMPUTE_PROTO: split across the
 data-parallel ranks, results concatenated). Light work (advantages, KL-in-reward, metrics, batch balancing)

@@ -69,36 +69,26 @@ def create_worker_groups(
 
     Args:
         init_kwargs: role → constructor keyword arguments of its worker class; its keys are the roles spawned.
+        ray_worker_group_cls: the worker-group class (``RayWorkerGroup``), one instance per resource pool.
         use_reference_policy: without a ``Role.RefPolicy`` entry, the actor's group answers the reference calls.
     """
-    groups = _spawn(init_kwargs, role_worker_mapping, resource_pool_manager, ray_worker_group_cls, device_name)
-    for role in _INIT_ORDER:
-        if role in groups:
-            groups[role].init_model()
-    actor = groups[actor_role(init_kwargs)]
-    actor.init_model()
-    ref = groups.get(Role.RefPolicy, actor if use_reference_policy else None)
-    return WorkerGroups(actor_rollout=actor, critic=groups.get(Role.Critic), ref=ref, rm=groups.get(Role.RewardModel))
-
-
-def _spawn(
-    init_kwargs: dict[Role, dict[str, Any]],
-    role_worker_mapping: dict[Role, type],
-    resource_pool_manager: ResourcePoolManager,
-    ray_worker_group_cls: type,
-    device_name: str,
-) -> dict[Role, Any]:
-    """One colocated worker group per resource pool; role → its view of that group."""
-    class_dicts: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+    class_dicts: dict[Any, dict[str, RayClassWithInitArgs]] = {}  # pool → {role name: worker class}
     for role, kwargs in init_kwargs.items():
         pool = resource_pool_manager.get_resource_pool(role)
         class_dicts.setdefault(pool, {})[str(role)] = RayClassWithInitArgs(cls=role_worker_mapping[role], **kwargs)
     pool_names = {id(pool): name for name, pool in getattr(resource_pool_manager, "resource_pool_dict", {}).items()}
     spawned: dict[str, Any] = {}
     for pool, class_dict in class_dicts.items():
-        worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
-        wg_dict = ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=worker_dict_cls, device_name=device_name)
+        wg_dict = ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
+                                       device_name=device_name)
         spawned.update(wg_dict.spawn(prefix_set=class_dict.keys()))
         print(f"[trainer] {pool_names.get(id(pool), 'pool')}: {', '.join(class_dict)} on "
               f"{wg_dict.world_size} rank(s)", flush=True)
-    return {role: spawned[str(role)] for role in init_kwargs}
+    for role in _INIT_ORDER:
+        if role in init_kwargs:
+            spawned[str(role)].init_model()
+    actor = spawned[str(actor_role(init_kwargs))]
+    actor.init_model()
+    ref = spawned.get(str(Role.RefPolicy), actor if use_reference_policy else None)
+    return WorkerGroups(actor_rollout=actor, critic=spawned.get(str(Role.Critic)), ref=ref,
+                        rm=spawned.get(str(Role.RewardModel)))

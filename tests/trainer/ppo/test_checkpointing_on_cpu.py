@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from hybridrl.trainer.ppo.checkpointing import CheckpointError, Checkpointer
+from hybridrl.trainer.ppo.checkpointing import Checkpointer, CheckpointError
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker

@@ -18,7 +18,7 @@ from hybridrl.trainer.ppo.ppo_update import PPOUpdate
 from hybridrl.trainer.ppo.stages import StageError, StepSettings
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.config import compose_config
-from tests.recipes.fakes import R, FakeActorRolloutWG
+from tests.recipes.fakes import FakeActorRolloutWG, R
 
 EOS, PAD = 2, 0
 

@@ -83,8 +83,9 @@ def common_overrides(model_dir: str, data_dir: str, tmp_path) -> dict[str, objec
     }
 
 
-def make_trainer(trainer_cls: type, config, use_ref: bool = False):
-    """``trainer_cls`` built as TaskRunner builds it, with :class:`FakeActorRolloutWG` as actor (and ref)."""
+def make_trainer(trainer_cls: type, config, use_ref: bool = False, **trainer_kwargs):
+    """``trainer_cls`` built as TaskRunner builds it (plus ``trainer_kwargs``: parts such as ``batch_collector``),
+    with :class:`FakeActorRolloutWG` as actor (and ref)."""
     tokenizer = hf_tokenizer(config.actor_rollout_ref.model.path)
     train = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
     val = create_rl_dataset(config.data.val_files, config.data, tokenizer, None)
@@ -93,7 +94,7 @@ def make_trainer(trainer_cls: type, config, use_ref: bool = False):
         config=config, tokenizer=tokenizer, role_worker_mapping=mapping,
         resource_pool_manager=FakeResourcePoolManager(), reward_fn=load_reward_manager(config, tokenizer, 0),
         val_reward_fn=None, train_dataset=train, val_dataset=val, collate_fn=collate_fn,
-        train_sampler=create_rl_sampler(config.data, train),
+        train_sampler=create_rl_sampler(config.data, train), **trainer_kwargs,
     )
     trainer.actor_rollout_wg = FakeActorRolloutWG(tokenizer.eos_token_id, tokenizer.pad_token_id)
     if use_ref:

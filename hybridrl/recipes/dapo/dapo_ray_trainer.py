@@ -1,17 +1,16 @@
-"""RayDAPOTrainer: the PPO trainer whose rollout stage is DAPO's dynamic sampling.
+"""RayDAPOTrainer: the PPO trainer with DAPO's dynamic sampling as its batch collector.
 
-    fit (unchanged) ──► _train_step ──► _rollout ──► generate ─► reward ─► DynamicSampler.add
-                              ▲                                               │
-                              └──────── None: fit fetches the next ◄──────────┤ fewer than T prompts kept
-                                        generation batch                      │
-                                        old_log_prob ─► ... ─► update_actor ◄─┘ T prompts kept (step batch)
+    fit ──► _train_step ──► DynamicSamplingCollector.collect ──► rollout: generate ─► reward ─► DynamicSampler.add
+                  ▲                                                                                  │
+                  └──────── (None, {}): fit fetches the next generation batch ◄──────────────────────┤ < T prompts kept
+                            old_log_prob ─► ... ─► update_actor (PPO's update stage) ◄───────────────┘ T prompts kept
 
-Only ``_rollout`` is overridden; every other stage, validation and checkpointing are the PPO trainer's.
-Generation batches hold ``data.gen_batch_size`` prompts (the dataloader's batch size); a step trains on
-``data.train_batch_size`` prompts × ``rollout.n`` responses. The time and metrics of the generation batches
-that did not complete a step are carried into the step that does (``timing_s/gen`` is their sum).
-Metrics: ``train/num_gen_batches`` (verl's name), the generation batches this step consumed;
-``timing_s/filter_groups``, the time spent filtering.
+The trainer is :class:`~hybridrl.trainer.ppo.ray_trainer.RayPPOTrainer` given this collector; every stage,
+validation and checkpointing are the PPO trainer's. Generation batches hold ``data.gen_batch_size`` prompts
+(the dataloader's batch size); a step trains on ``data.train_batch_size`` prompts × ``rollout.n`` responses.
+The time and metrics of the generation batches that did not complete a step are carried into the step that
+does (``timing_s/gen`` is their sum). Metrics: ``train/num_gen_batches`` (verl's name), the generation batches
+this step consumed; ``timing_s/filter_groups``, the time spent filtering.
 """
 
 from __future__ import annotations
@@ -19,76 +18,81 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
-
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.dapo.dynamic_sampling import DynamicSampler
+from hybridrl.trainer.ppo.batch_collection import Rollout
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
+from hybridrl.trainer.ppo.stages import TIMING_PREFIX, timed
 from hybridrl.trainer.ppo.task_runner import TaskRunner
 
-__all__ = ["DAPOTaskRunner", "RayDAPOTrainer"]
+__all__ = ["DAPOTaskRunner", "DynamicSamplingCollector", "RayDAPOTrainer"]
+
+
+class DynamicSamplingCollector:
+    """A batch collector that keeps only prompt groups whose filter metric varies, over as many generation
+    batches as it takes (``sampler=None``: one generation batch per step, still counted)."""
+
+    def __init__(self, sampler: DynamicSampler | None) -> None:
+        self.sampler = sampler
+        self._carried: dict[str, Any] = {}  # the metrics of this step's earlier generation batches
+
+    def collect(self, prompts: DataProto, rollout: Rollout) -> tuple[DataProto | None, dict[str, Any]]:
+        if self.sampler is None:
+            batch, metrics = rollout(prompts)
+            return batch, {**metrics, "train/num_gen_batches": 1}
+        start = time.perf_counter()
+        # a fresh sampling stream for every generation batch of a step (hf seeds by step + this index)
+        scored, metrics = rollout(prompts, gen_batch_index=self.sampler.num_gen_batches)
+        metrics = dict(metrics)
+        with timed("filter_groups", metrics):  # a budget error then names this stage
+            step = self.sampler.add(scored)
+        if step is None:
+            self._carried = _carry(self._carried, metrics, elapsed=time.perf_counter() - start)
+            print(
+                f"[dapo] {len(self.sampler.kept_uids)} < data.train_batch_size={self.sampler.train_batch_size} "
+                f"prompts kept after {self.sampler.num_gen_batches} generation batches; keep generating",
+                flush=True,
+            )
+            return None, {}
+        metrics, self._carried = _with_carried(metrics, self._carried), {}
+        # the kept rows come from several batches: balance them again and recount their tokens
+        batch, balance_metrics = rollout.rebalance(step.batch)
+        return batch, {**metrics, "train/num_gen_batches": step.num_gen_batches, **balance_metrics}
+
+
+def _carry(carried: dict[str, Any], metrics: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    """A partial step's metrics on top of the carried ones: later values win, timings add up, and
+    ``timing_s/step`` gets the partial step's elapsed time."""
+    merged = {**carried, **{k: v for k, v in metrics.items() if not k.startswith(TIMING_PREFIX)}}
+    for name, seconds in [*metrics.items(), (TIMING_PREFIX + "step", elapsed)]:
+        if name.startswith(TIMING_PREFIX):
+            merged[name] = carried.get(name, 0.0) + seconds
+    return merged
+
+
+def _with_carried(metrics: dict[str, Any], carried: dict[str, Any]) -> dict[str, Any]:
+    """The completing batch's metrics win over carried ones; timings add up (the trainer adds its own step time)."""
+    merged = {**carried, **metrics}
+    for name, seconds in carried.items():
+        if name.startswith(TIMING_PREFIX):
+            merged[name] = metrics.get(name, 0.0) + seconds
+    return merged
 
 
 class RayDAPOTrainer(RayPPOTrainer):
     """PPO/GRPO trainer with DAPO dynamic sampling when ``algorithm.filter_groups.enable``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        filter_groups = self.config.algorithm.filter_groups
-        self.sampler: DynamicSampler | None = None
+    def __init__(self, config, *args: Any, **kwargs: Any) -> None:
+        filter_groups = config.algorithm.filter_groups
+        sampler = None
         if filter_groups.enable:
-            self.sampler = DynamicSampler(
-                train_batch_size=self.config.data.train_batch_size,
+            sampler = DynamicSampler(
+                train_batch_size=config.data.train_batch_size,
                 metric=filter_groups.metric,
                 max_num_gen_batches=filter_groups.max_num_gen_batches,
             )
-        self._carried_metrics: dict[str, Any] = {}
-        self._carried_timing: dict[str, float] = {}
-
-    def _gen_batch_index(self) -> int:
-        # a fresh sampling stream for every generation batch of a step (hf seeds by step + this index)
-        return self.sampler.num_gen_batches if self.sampler is not None else 0
-
-    def _rollout(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
-        """generate → reward → filter groups; None until ``data.train_batch_size`` prompts are kept."""
-        if self.sampler is None:
-            metrics["train/num_gen_batches"] = 1
-            return super()._rollout(batch, metrics, timing_raw)
-        start = time.perf_counter()
-        scored = super()._rollout(batch, metrics, timing_raw)
-        assert scored is not None, "the PPO rollout stage always returns a batch"
-        with self._timed("filter_groups", timing_raw):  # a budget error then names this stage
-            step = self.sampler.add(scored)
-        if step is None:
-            self._carry(metrics, timing_raw, elapsed=time.perf_counter() - start)
-            print(
-                f"[dapo] {len(self.sampler.kept_uids)} < data.train_batch_size={self.config.data.train_batch_size} "
-                f"prompts kept after {self.sampler.num_gen_batches} generation batches; keep generating",
-                flush=True,
-            )
-            return None
-        self._restore_carried(metrics, timing_raw)
-        metrics["train/num_gen_batches"] = step.num_gen_batches
-        batch = step.batch
-        assert batch.batch is not None, "a scored batch has tensors"
-        if self.config.trainer.balance_batch:  # the kept rows come from several batches: balance them again
-            self._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-        return batch
-
-    def _carry(self, metrics: dict, timing_raw: dict, elapsed: float) -> None:
-        """Keep a partial step's metrics (later ones win) and timings (summed; ``step`` gets the elapsed time)."""
-        self._carried_metrics.update(metrics)
-        for name, seconds in timing_raw.items():
-            self._carried_timing[name] = self._carried_timing.get(name, 0.0) + seconds
-        self._carried_timing["step"] = self._carried_timing.get("step", 0.0) + elapsed
-
-    def _restore_carried(self, metrics: dict, timing_raw: dict) -> None:
-        for name, value in self._carried_metrics.items():
-            metrics.setdefault(name, value)
-        for name, seconds in self._carried_timing.items():
-            timing_raw[name] = timing_raw.get(name, 0.0) + seconds  # the outer "step" timer adds its own time
-        self._carried_metrics, self._carried_timing = {}, {}
+        kwargs.setdefault("batch_collector", DynamicSamplingCollector(sampler))
+        super().__init__(config, *args, **kwargs)
 
 
 class DAPOTaskRunner(TaskRunner):

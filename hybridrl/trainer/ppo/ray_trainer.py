@@ -1,19 +1,36 @@
-"""RayPPOTrainer: the single controller that runs PPO / GRPO and their variants.
+"""RayPPOTrainer: the single controller that runs PPO / GRPO and their variants, assembled from parts.
 
-    driver (this class, inside the TaskRunner Ray actor)
-      │  for each batch of prompts:
-      │    generate ──► reward ──► old_log_prob ──► ref_log_prob ──► values ──► advantage ──► update_critic ──► update_actor
-      │       │           │            │                 │              │        (driver)          │               │
-      ▼       ▼           ▼            ▼                 ▼              ▼                          ▼               ▼
-    actor_rollout_wg   reward fn   actor_rollout_wg   ref_policy_wg   critic_wg                 critic_wg   actor_rollout_wg
-    (hybrid engine:    (+ rm_wg)                     (or the actor                                          (weights then
-     sync → generate)                                 with LoRA off)                                         resynced lazily)
+    driver: RayPPOTrainer.fit, inside the TaskRunner Ray actor; for each dataloader batch of prompts:
+      │
+      ├─ batch_collector ─► generate ──────────────────────► reward
+      │                     actor_rollout (hybrid engine:     reward fn (+ rm)
+      │                     sync weights → generate)
+      │                     + uid, prompts, responses,        + token_level_scores
+      │                       response_mask (ReMax: + reward_baselines)
+      │
+      ├─ update_stage ────► old_log_prob ─► ref_log_prob ─► values ──► advantage ────────► update_critic ─► update_actor
+      │                     actor_rollout   ref             critic     (driver)             critic          actor_rollout
+      │                     + old_log_probs + ref_log_prob  + values   + token_level_rewards,
+      │                                                                  advantages, returns
+      │
+      └─ validator (every trainer.test_freq) · checkpointer (every trainer.save_freq)
 
 Every arrow is a DataProto handed to a worker group method (Dispatch.DP_COMPUTE_PROTO: split across the
 data-parallel ranks, results concatenated). Light work (advantages, KL-in-reward, metrics, batch balancing)
 runs here; the driver never holds model weights. With the critic on a pool of its own (split placement,
-``critic.enable_resource_pool``) update_critic and update_actor run at the same time. The stages live in ``stages.py``, validation in
-``validation.py``, checkpoint/resume in ``checkpointing.py``; ``fit`` reads like the picture above.
+``critic.enable_resource_pool``) update_critic and update_actor run at the same time.
+
+The trainer owns its parts instead of inheriting them:
+
+    workers          WorkerGroups(actor_rollout, critic, ref, rm)     worker_groups.py (spawned by init_workers)
+    batch_collector  prompts → the step's scored batch                batch_collection.py (default: one generate)
+    update_stage     scored batch → updated models                    ppo_update.py (default: PPO's stages)
+    validator        held-out generations → val-core/val-aux metrics  validation.py
+    checkpointer     save / resume in verl's layout                   checkpointing.py
+
+Each stage is a function of ``stages.py`` that takes the batch and returns ``(batch, metrics)``. Recipes plug in
+parts: DAPO a dynamic-sampling batch collector, online DPO and SPIN a DPO update stage; ReMax's greedy baseline
+is part of the generate stage, selected by ``algorithm.adv_estimator=remax``.
 """
 
 from __future__ import annotations
@@ -21,81 +38,129 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
-from hybridrl.trainer.ppo.checkpointing import CheckpointMixin
+from hybridrl.trainer.ppo import stages
+from hybridrl.trainer.ppo.batch_collection import BatchCollector, OneGenerationBatch, Rollout
+from hybridrl.trainer.ppo.checkpointing import Checkpointer
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_kl_controller
 from hybridrl.trainer.ppo.driver_helpers import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
+from hybridrl.trainer.ppo.ppo_update import PPOUpdate, UpdateStage
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
-from hybridrl.trainer.ppo.stages import StageError, StagesMixin
-from hybridrl.trainer.ppo.validation import ValidationMixin
+from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StageError, StepSettings, timed
+from hybridrl.trainer.ppo.validation import Validator, decode_responses, dump_generations
+from hybridrl.trainer.ppo.worker_groups import WorkerGroups, actor_role, create_worker_groups, critic_has_own_pool
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
 from hybridrl.utils.tracking import Tracking, ValidationGenerationsLogger
 
 __all__ = [
-    "AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role",
-    "apply_kl_penalty", "compute_advantage", "compute_response_mask",
+    "AdvantageEstimator", "DataProto", "RayClassWithInitArgs", "RayPPOTrainer", "RayWorkerGroup",
+    "ResourcePoolManager", "Role", "ValidationGenerationsLogger", "WorkerType", "apply_kl_penalty",
+    "compute_advantage", "compute_data_metrics", "compute_response_mask", "compute_throughout_metrics",
+    "compute_timing_metrics", "create_colocated_worker_cls", "simple_timer",
 ]
 
 WorkerType = type
 
 
-class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
-    """PPO/GRPO on Ray worker groups with verl 0.5's constructor, step order, metrics and checkpoints."""
+def _worker_group(field_name: str) -> property:
+    """verl's ``trainer.<role>_wg`` attribute, read from and written to :attr:`RayPPOTrainer.workers`."""
+
+    def get(self: RayPPOTrainer) -> Any:
+        group = getattr(self.workers, field_name, None)
+        if group is None:
+            raise AttributeError(f"no {field_name} worker group (not used in this run, or init_workers() not called)")
+        return group
+
+    def set_(self: RayPPOTrainer, group: Any) -> None:
+        self.workers = replace(self.workers or WorkerGroups(actor_rollout=None), **{field_name: group})
+
+    return property(get, set_)
+
+
+class RayPPOTrainer:
+    """PPO/GRPO on Ray worker groups with verl 0.5's constructor, step order, metrics and checkpoints.
+
+    Beyond verl's arguments, a recipe may pass ``batch_collector`` (how a step's scored batch is collected;
+    default :class:`OneGenerationBatch`) and ``update_stage`` (what the step does with it; default
+    :class:`PPOUpdate`).
+    """
+
+    actor_rollout_wg = _worker_group("actor_rollout")
+    critic_wg = _worker_group("critic")
+    ref_policy_wg = _worker_group("ref")
+    rm_wg = _worker_group("rm")
 
     def __init__(self, config, tokenizer, role_worker_mapping: dict[Role, WorkerType],
                  resource_pool_manager: ResourcePoolManager, ray_worker_group_cls=RayWorkerGroup,
                  processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
-                 collate_fn=None, train_sampler=None, device_name: str | None = None):
+                 collate_fn=None, train_sampler=None, device_name: str | None = None, *,
+                 batch_collector: BatchCollector | None = None, update_stage: UpdateStage | None = None):
         self.config = config
         self.tokenizer = tokenizer
         self.processor = processor
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
-        if not config.actor_rollout_ref.hybrid_engine:
-            raise ValueError("actor_rollout_ref.hybrid_engine=False is not supported: hybridrl runs the hybrid engine")
-        if Role.ActorRollout not in role_worker_mapping and Role.ActorRolloutRef not in role_worker_mapping:
-            raise ValueError("role_worker_mapping needs Role.ActorRollout or Role.ActorRolloutRef")
+        self._check_supported(config, role_worker_mapping)
         self.role_worker_mapping = role_worker_mapping
         self.resource_pool_manager = resource_pool_manager
         self.ray_worker_group_cls = ray_worker_group_cls
-        self.device_name = device_name or config.trainer.get("device", "cuda")
+        self.device_name = device_name or config.trainer.device
         self.use_reference_policy = Role.RefPolicy in role_worker_mapping or Role.ActorRolloutRef in role_worker_mapping
         self.use_rm = Role.RewardModel in role_worker_mapping
         self.use_critic = need_critic(config)
-        self.ref_in_actor = config.actor_rollout_ref.model.get("lora_rank", 0) > 0
+        self.ref_in_actor = config.actor_rollout_ref.model.lora_rank > 0
         use_kl_in_reward = config.algorithm.use_kl_in_reward
         self.kl_ctrl_in_reward = get_kl_controller(config.algorithm.kl_ctrl) if use_kl_in_reward else None
-        if config.algorithm.get("filter_groups", {}).get("enable") and type(self)._rollout is StagesMixin._rollout:
+        if config.algorithm.filter_groups.enable and batch_collector is None:
             warnings.warn("algorithm.filter_groups.enable=True is ignored by main_ppo's trainer; DAPO dynamic "
                           "sampling runs with: python -m hybridrl.recipes.dapo.main_dapo", stacklevel=2)
         self.global_steps = 0
         self.logger: Tracking | None = None
-        self.validation_generations_logger = ValidationGenerationsLogger()
+        self.workers: WorkerGroups | None = None
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        self.settings = StepSettings.from_config(config, tokenizer)
+        self.batch_collector: BatchCollector = batch_collector or OneGenerationBatch()
+        self.update_stage: UpdateStage = update_stage or PPOUpdate(
+            self.settings, self.kl_ctrl_in_reward, config.trainer.critic_warmup,
+            overlap_updates=critic_has_own_pool(resource_pool_manager),
+        )
+        self.validator = Validator(
+            tokenizer, self.val_dataloader, val_reward_fn, config.actor_rollout_ref.rollout.val_kwargs,
+            log_generations=config.trainer.log_val_generations, dump_dir=config.trainer.validation_data_dir,
+        )
+        self.checkpointer = Checkpointer.from_config(config.trainer)
+
+    @staticmethod
+    def _check_supported(config: Any, role_worker_mapping: dict) -> None:
+        if not config.actor_rollout_ref.hybrid_engine:
+            raise ValueError("actor_rollout_ref.hybrid_engine=False is not supported: hybridrl runs the hybrid engine")
+        if Role.ActorRollout not in role_worker_mapping and Role.ActorRolloutRef not in role_worker_mapping:
+            raise ValueError("role_worker_mapping needs Role.ActorRollout or Role.ActorRolloutRef")
 
     # ------------------------------------------------------------------ set-up
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         data = self.config.data
-        num_workers = data.get("dataloader_num_workers", 8)
-        batch_size = data.get("gen_batch_size") or data.train_batch_size
+        batch_size = data.gen_batch_size or data.train_batch_size
         self.train_dataloader = StatefulDataLoader(
-            dataset=train_dataset, batch_size=batch_size, num_workers=num_workers, drop_last=True,
+            dataset=train_dataset, batch_size=batch_size, num_workers=data.dataloader_num_workers, drop_last=True,
             collate_fn=collate_fn, sampler=train_sampler,
         )
-        val_batch_size = data.get("val_batch_size") or len(val_dataset)
         self.val_dataloader = StatefulDataLoader(
-            dataset=val_dataset, batch_size=val_batch_size, num_workers=num_workers,
-            shuffle=data.get("validation_shuffle", False), drop_last=False, collate_fn=collate_fn,
+            dataset=val_dataset, batch_size=data.val_batch_size or len(val_dataset),
+            num_workers=data.dataloader_num_workers, shuffle=data.validation_shuffle, drop_last=False,
+            collate_fn=collate_fn,
         )
         if len(self.train_dataloader) < 1:
             raise ValueError(
@@ -103,7 +168,7 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
                 "lower data.train_batch_size or add data"
             )
         total = len(self.train_dataloader) * self.config.trainer.total_epochs
-        if self.config.trainer.get("total_training_steps") is not None:
+        if self.config.trainer.total_training_steps is not None:
             total = self.config.trainer.total_training_steps
         self.total_training_steps = total
         self._print_batch_plan(len(train_dataset))
@@ -126,46 +191,27 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
     def init_workers(self) -> None:
         """Create one colocated worker group per resource pool, then ``init_model`` (actor last, as verl)."""
         self.resource_pool_manager.create_resource_pool()
-        class_dicts: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+        self.workers = create_worker_groups(
+            self._worker_init_kwargs(), self.role_worker_mapping, self.resource_pool_manager,
+            self.ray_worker_group_cls, self.device_name, use_reference_policy=self.use_reference_policy,
+        )
 
-        def add(key: Role, **init_kwargs: Any) -> None:
-            pool = self.resource_pool_manager.get_resource_pool(key)
-            cls = RayClassWithInitArgs(cls=self.role_worker_mapping[key], **init_kwargs)
-            class_dicts.setdefault(pool, {})[str(key)] = cls
-
-        actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
-        add(actor_role, config=self.config.actor_rollout_ref, role=str(actor_role))
+    def _worker_init_kwargs(self) -> dict[Role, dict[str, Any]]:
+        """The constructor arguments of each spawned role's worker class (the keys are the roles spawned)."""
+        actor = actor_role(self.role_worker_mapping)
+        init_kwargs: dict[Role, dict[str, Any]] = {actor: {"config": self.config.actor_rollout_ref, "role": str(actor)}}
         if self.use_critic:
-            add(Role.Critic, config=self.config.critic)
-        if self.use_reference_policy and not self.ref_in_actor and actor_role != Role.ActorRolloutRef:
-            add(Role.RefPolicy, config=self.config.actor_rollout_ref, role="ref")
+            init_kwargs[Role.Critic] = {"config": self.config.critic}
+        if self.use_reference_policy and not self.ref_in_actor and actor != Role.ActorRolloutRef:
+            init_kwargs[Role.RefPolicy] = {"config": self.config.actor_rollout_ref, "role": "ref"}
         if self.use_rm:
-            add(Role.RewardModel, config=self.config.reward_model)
+            init_kwargs[Role.RewardModel] = {"config": self.config.reward_model}
+        return init_kwargs
 
-        all_wg: dict[str, Any] = {}
-        pools = getattr(self.resource_pool_manager, "resource_pool_dict", {})
-        pool_names = {id(pool): name for name, pool in pools.items()}
-        for pool, class_dict in class_dicts.items():
-            worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
-            wg_dict = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=worker_dict_cls,
-                                                device_name=self.device_name)
-            all_wg.update(wg_dict.spawn(prefix_set=class_dict.keys()))
-            print(f"[trainer] {pool_names.get(id(pool), 'pool')}: {', '.join(class_dict)} on "
-                  f"{wg_dict.world_size} rank(s)", flush=True)
-
-        if self.use_critic:
-            self.critic_wg = all_wg[str(Role.Critic)]
-            self.critic_wg.init_model()
-        if self.use_reference_policy and not self.ref_in_actor and actor_role != Role.ActorRolloutRef:
-            self.ref_policy_wg = all_wg[str(Role.RefPolicy)]
-            self.ref_policy_wg.init_model()
-        elif self.use_reference_policy:
-            self.ref_policy_wg = all_wg[str(actor_role)]
-        if self.use_rm:
-            self.rm_wg = all_wg[str(Role.RewardModel)]
-            self.rm_wg.init_model()
-        self.actor_rollout_wg = all_wg[str(actor_role)]
-        self.actor_rollout_wg.init_model()
+    def _worker_groups(self) -> WorkerGroups:
+        if self.workers is None:
+            raise RuntimeError("the worker groups do not exist yet: call init_workers() first")
+        return self.workers
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -182,11 +228,11 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
             self.logger.finish()
             return {}
         val_metrics: dict[str, float] = {}
-        if self.val_reward_fn is not None and trainer_cfg.get("val_before_train", True):
+        if self.val_reward_fn is not None and trainer_cfg.val_before_train:
             val_metrics = self._validate()
             print(f"[validation] initial: {json.dumps(val_metrics)}", flush=True)
             self.logger.log(data=val_metrics, step=self.global_steps)
-            if trainer_cfg.get("val_only", False):
+            if trainer_cfg.val_only:
                 self.logger.finish()
                 return val_metrics
         progress = StepProgress(self.total_training_steps, start_step=self.global_steps)
@@ -195,7 +241,7 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         for _ in itertools.count():  # passes over the data; a resumed, exhausted epoch yields no batch and moves on
             for batch_dict in self.train_dataloader:
                 metrics = self._train_step(batch_dict, epoch=(self.global_steps - 1) // steps_per_epoch)
-                if metrics is None:  # a recipe is still collecting this step's batch (DAPO dynamic sampling)
+                if metrics is None:  # the batch collector needs more prompts for this step (DAPO dynamic sampling)
                     continue
                 val_metrics = {k: v for k, v in metrics.items() if k.startswith("val-")} or val_metrics
                 self.logger.log(data=metrics, step=self.global_steps)
@@ -207,61 +253,81 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
                 self.global_steps += 1
         raise AssertionError("unreachable")
 
-    def _train_step(self, batch_dict: dict, epoch: int) -> dict[str, float] | None:
-        """One PPO step; a failure is re-raised naming the step and the stage it happened in."""
-        self._active_stage = "start"
+    def _train_step(self, batch_dict: dict, epoch: int) -> dict[str, Any] | None:
+        """One step; a failure is re-raised as a StageError naming the step and the stage it happened in."""
         try:
-            return self._run_step(batch_dict, epoch)
-        except StageError:
-            raise
+            return self._run_step(DataProto.from_single_dict(batch_dict), epoch)
+        except StageError as error:
+            if error.step is not None:
+                raise
+            raise StageError(error.stage, error.cause, step=self.global_steps) from error
         except Exception as error:
-            raise StageError(
-                f"training step {self.global_steps} failed in stage '{self._active_stage}': "
-                f"{type(error).__name__}: {error}"
-            ) from error
+            raise StageError("step", f"{type(error).__name__}: {error}", step=self.global_steps) from error
 
-    def _run_step(self, batch_dict: dict, epoch: int) -> dict[str, float] | None:
-        """One PPO step in verl's order; returns the step's metrics, or None when ``_rollout`` needs more data."""
+    def _run_step(self, prompts: DataProto, epoch: int) -> dict[str, Any] | None:
+        """collect → update → validate/save when due; the step's metrics, or None while collecting."""
+        start = time.perf_counter()
+        workers = self._worker_groups()
+        rollout = Rollout(workers, self.settings, self.reward_fn, self.global_steps)
+        batch, metrics = self.batch_collector.collect(prompts, rollout)
+        if batch is None:
+            return None
+        batch, update_metrics = self.update_stage.run(batch, workers, self.global_steps)
+        self._maybe_dump_rollout(batch)
+        metrics = {**metrics, **update_metrics, **self._validate_and_save_if_due()}
+        step_key = TIMING_PREFIX + "step"  # a collector may carry time spent on generation batches before this one
+        metrics[step_key] = metrics.get(step_key, 0.0) + time.perf_counter() - start
+        timing_raw = {k[len(TIMING_PREFIX):]: v for k, v in metrics.items() if k.startswith(TIMING_PREFIX)}
+        return {
+            **metrics, "training/global_step": self.global_steps, "training/epoch": epoch,
+            **self.update_stage.data_metrics(batch, workers),
+            **compute_timing_metrics(batch=batch, timing_raw=timing_raw),
+            **compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
+                                         n_gpus=self.resource_pool_manager.get_n_gpus()),
+        }
+
+    def _validate_and_save_if_due(self) -> dict[str, Any]:
         trainer_cfg = self.config.trainer
         is_last_step = self.global_steps >= self.total_training_steps
-        metrics: dict[str, float] = {}
-        timing_raw: dict[str, float] = {}
-        batch = DataProto.from_single_dict(batch_dict)
-        with simple_timer("step", timing_raw):  # stage timers inside name the failing stage
-            rollout = self._rollout(batch, metrics, timing_raw)
-            if rollout is None:
-                return None
-            batch = self._compute_old_log_prob(rollout, metrics, timing_raw)
-            if self.use_reference_policy:
-                batch = self._compute_ref_log_prob(batch, timing_raw)
-            if self.use_critic:
-                batch = self._compute_values(batch, timing_raw)
-            batch = self._compute_advantage(batch, metrics, timing_raw)
-            self._update_models(batch, metrics, timing_raw)
-            self._maybe_dump_rollout(batch)
-            if self._due(trainer_cfg.test_freq, is_last_step) and self.val_reward_fn is not None:
-                with self._timed("testing", timing_raw):
-                    metrics.update(self._validate())
-            if self._due(trainer_cfg.save_freq, is_last_step):
-                with self._timed("save_checkpoint", timing_raw):
-                    self._save_checkpoint()
-        metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-        metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
-        metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-        n_gpus = self.resource_pool_manager.get_n_gpus()
-        metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        metrics: dict[str, Any] = {}
+        if self._due(trainer_cfg.test_freq, is_last_step) and self.val_reward_fn is not None:
+            with timed("testing", metrics):
+                metrics.update(self._validate())
+        if self._due(trainer_cfg.save_freq, is_last_step):
+            with timed("save_checkpoint", metrics):
+                self._save_checkpoint()
         return metrics
 
     def _due(self, freq: int, is_last_step: bool) -> bool:
         return freq > 0 and (is_last_step or self.global_steps % freq == 0)
 
     def _maybe_dump_rollout(self, batch: DataProto) -> None:
-        dump_dir = self.config.trainer.get("rollout_data_dir")
+        dump_dir = self.config.trainer.rollout_data_dir
         if not dump_dir:
             return
         inputs = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-        outputs = self._decode_responses(batch)
+        outputs = decode_responses(self.tokenizer, batch)
         scores = batch.batch["token_level_scores"].sum(-1).tolist()
         gts = [item.get("ground_truth") if isinstance(item, dict) else None
                for item in batch.non_tensor_batch.get("reward_model", [None] * len(batch))]
-        self._maybe_dump_generations(inputs, outputs, scores, os.path.expanduser(dump_dir), gts=gts)
+        dump_generations(os.path.expanduser(dump_dir), self.global_steps, inputs, outputs, scores, gts=gts)
+
+    # ------------------------------------------------------------------ verl's methods, delegating to the parts
+    def _validate(self) -> dict[str, float]:
+        return self.validator.validate(self.actor_rollout_wg, self.global_steps, self.logger)
+
+    def _save_checkpoint(self) -> None:
+        self.checkpointer.save(self.global_steps, self._worker_groups(), self.train_dataloader, self.kl_ctrl_in_reward)
+
+    def _load_checkpoint(self) -> int:
+        """Restore the run (0: from scratch); the update stage then re-derives what it keeps (DPO's reference)."""
+        workers = self._worker_groups()
+        global_steps = self.checkpointer.load(workers, self.train_dataloader, self.kl_ctrl_in_reward)
+        self.update_stage.after_resume(workers, global_steps)
+        return global_steps
+
+    def _balance_batch(self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen") -> None:
+        """verl's in-place form: reorder ``batch``'s rows over the actor's ranks, add the metrics to ``metrics``."""
+        order, balance_metrics = stages.balance_order(batch, self.actor_rollout_wg.world_size, logging_prefix)
+        batch.reorder(order)
+        metrics.update(balance_metrics)

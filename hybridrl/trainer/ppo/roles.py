@@ -4,13 +4,13 @@
 key: ``actor``, ``rollout``, ``actor_rollout``, ``critic``, ``ref``, ``rm``, ``actor_rollout_ref``.
 ``ResourcePoolManager`` turns ``{"global_pool": [n_gpus_per_node] * nnodes}`` into
 ``RayResourcePool`` objects, checks up front that the cluster can host all of them, and maps
-each role to its pool.
+each role to its pool. ``need_critic`` / ``need_reference_policy`` (defined in ``hybridrl.utils.config.access``,
+which validation uses before Ray starts) are re-exported here with ``need_reward_model``.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -19,6 +19,9 @@ from omegaconf import OmegaConf
 
 from hybridrl.single_controller.ray import RayResourcePool
 from hybridrl.single_controller.ray.errors import ResourceUnavailableError
+from hybridrl.utils.config.access import need_critic, need_reference_policy
+
+__all__ = ["ResourcePoolManager", "Role", "need_critic", "need_reference_policy", "need_reward_model"]
 
 
 class Role(Enum):
@@ -117,28 +120,6 @@ class ResourcePoolManager:
                 hint = f" (after reserving room for the pools {checked} checked before it)" if checked else ""
                 raise ResourceUnavailableError(f"{error}{hint}") from None
             checked.append(name)
-
-
-def need_critic(config: Any) -> bool:
-    """``critic.enable`` if set, else whether ``algorithm.adv_estimator == "gae"`` (verl's rule)."""
-    enable = OmegaConf.select(config, "critic.enable", default=None)
-    if enable is not None:
-        return bool(enable)
-    estimator = config.algorithm.adv_estimator
-    if getattr(estimator, "value", estimator) == "gae":
-        return True
-    warnings.warn(
-        "Disabled critic as algorithm.adv_estimator != gae. If it is not intended, please set critic.enable=True",
-        stacklevel=2,
-    )
-    return False
-
-
-def need_reference_policy(config: Any) -> bool:
-    """The reference model is needed for a KL term in the reward or in the actor loss."""
-    use_kl_in_reward = OmegaConf.select(config, "algorithm.use_kl_in_reward", default=False)
-    use_kl_loss = OmegaConf.select(config, "actor_rollout_ref.actor.use_kl_loss", default=False)
-    return bool(use_kl_in_reward or use_kl_loss)
 
 
 def need_reward_model(config_or_mapping: Any) -> bool:

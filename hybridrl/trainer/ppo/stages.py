@@ -1,12 +1,17 @@
-"""The stages of one PPO/GRPO step, each a small method that takes the batch and returns it enriched.
+"""The stages of one PPO/GRPO step: functions that take the batch and return ``(batch, metrics)``.
+
+A stage never changes the DataProto it is given (it works on a shallow copy: same tensors, new key maps) nor
+any dict passed in; the worker groups it calls and the settings are explicit arguments. Its wall time is in
+its metrics as ``timing_s/<stage>`` (verl's metric name), and an exception escaping it is a
+:class:`StageError` naming the stage.
 
 Batch keys each stage adds (B = samples, P = prompt length, R = response length):
 
-    generate        prompts [B,P], responses [B,R], input_ids/attention_mask/position_ids [B,P+R]
-                    (+ rollout_log_probs [B,R]); response_mask [B,R] on the driver
-    reward          token_level_scores [B,R] (+ rm_scores from a reward model; extra infos)
+    generate        uid; prompts [B,P], responses [B,R], input_ids/attention_mask/position_ids [B,P+R]
+                    (+ rollout_log_probs [B,R]); response_mask [B,R]; ReMax: reward_baselines [B]
+    reward          token_level_scores [B,R] (+ rm_scores from a reward model; reward extras per row)
     old_log_prob    old_log_probs [B,R]   (entropy only as the metric actor/entropy)
-    ref             ref_log_prob [B,R]
+    ref_log_prob    ref_log_prob [B,R]
     values          values [B,R]
     advantage       token_level_rewards, advantages, returns [B,R]
     update_critic   (metrics only)
@@ -15,10 +20,12 @@ Batch keys each stage adds (B = samples, P = prompt length, R = response length)
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,210 +34,258 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from hybridrl.trainer.ppo.driver_helpers import apply_kl_penalty, compute_advantage, compute_response_mask
+from hybridrl.trainer.ppo.kl_control import KLController
 from hybridrl.trainer.ppo.reward import compute_reward
 from hybridrl.utils.metric import reduce_metrics
 from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
-from hybridrl.utils.timer import simple_timer
+
+__all__ = [
+    "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "generate",
+    "old_log_prob", "ref_log_prob", "remax_baseline", "reward", "timed", "update_actor", "update_critic", "values",
+]
+
+Metrics = dict[str, Any]
 
 # Keys the rollout needs; everything else stays on the driver-side batch (verl 0.5's _get_gen_batch).
 _GEN_TENSOR_KEYS = ["input_ids", "attention_mask", "position_ids"]
 _GEN_NON_TENSOR_KEYS = ["raw_prompt_ids", "multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs"]
+TIMING_PREFIX = "timing_s/"
+# PF-PPO's resampling draws from a stream fixed by (data.seed, step): seed · _SEED_STRIDE + step.
+_SEED_STRIDE = 1_000_003
 
 
 class StageError(RuntimeError):
-    """A training step failed; the message names the step and the stage (gen, reward, update_actor, ...)."""
+    """A training step failed; the message names the stage (gen, reward, update_actor, ...) and, once the
+    controller has caught it, the step."""
+
+    def __init__(self, stage: str, cause: str, step: int | None = None) -> None:
+        where = f"training step {step} failed in stage '{stage}'" if step is not None else f"stage '{stage}' failed"
+        super().__init__(f"{where}: {cause}")
+        self.stage, self.cause, self.step = stage, cause, step
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses the Ray actor boundary: rebuild from the fields
+        return type(self), (self.stage, self.cause, self.step)
 
 
-class StagesMixin:
-    """Stage methods of :class:`~hybridrl.trainer.ppo.ray_trainer.RayPPOTrainer` (state lives there)."""
+@contextmanager
+def timed(stage: str, metrics: Metrics) -> Iterator[None]:
+    """Add the block's seconds to ``metrics["timing_s/<stage>"]`` (a dict the caller owns); an exception
+    escaping the block becomes a :class:`StageError` naming ``stage`` (an inner stage's passes unchanged)."""
+    start = time.perf_counter()
+    try:
+        yield
+    except StageError:
+        raise
+    except Exception as error:
+        raise StageError(stage, f"{type(error).__name__}: {error}") from error
+    key = TIMING_PREFIX + stage
+    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
 
-    config: Any
-    tokenizer: Any
-    resource_pool_manager: Any
-    _active_stage: str = "start"
 
-    @contextmanager
-    def _timed(self, name: str, timing_raw: dict) -> Iterator[None]:
-        """Time a stage into ``timing_raw[name]`` and remember it, so a failure can name where it happened."""
-        self._active_stage = name
-        with simple_timer(name, timing_raw):
-            yield
+@dataclass(frozen=True)
+class StepSettings:
+    """The config values the stages read, resolved once (the YAML holds the defaults; none are restated)."""
 
-    # ------------------------------------------------------------------ rollout = generate + reward
-    def _rollout(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto | None:
-        """generate → reward: the step's scored batch. Recipes override this to build a step's batch from
-        several generation batches (DAPO dynamic sampling) and return None while they need more prompts."""
-        batch = self._generate(batch, metrics, timing_raw)
-        batch, _ = self._compute_reward(batch, timing_raw)
-        return batch
+    rollout_n: int  # actor_rollout_ref.rollout.n: responses per prompt
+    temperature: float  # actor_rollout_ref.rollout.temperature (sampling and the actor's log-probs)
+    eos_token_id: Any
+    pad_token_id: Any
+    balance_batch: bool  # trainer.balance_batch: reorder rows so every rank gets similar token counts
+    remax_baseline: bool  # algorithm.adv_estimator == remax: a greedy rollout per prompt gives the baseline
+    recompute_old_log_prob: bool  # actor_rollout_ref.actor.recompute_old_log_prob
+    loss_agg_mode: str  # actor_rollout_ref.actor.loss_agg_mode (aggregates actor/entropy)
+    rollout_probs_diff_max_bound: float | None  # trainer.rollout_probs_diff_max_bound
+    algorithm: Any  # the algorithm section: estimator, gamma, lam, in-reward KL, estimator options
+    data_seed: int  # data.seed
 
-    # ------------------------------------------------------------------ generate
-    def _pop_gen_batch(self, batch: DataProto) -> DataProto:
-        non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
-        gen_batch = batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys)
-        gen_batch.meta_info.update(
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            do_sample=True,
-            temperature=self.config.actor_rollout_ref.rollout.temperature,
-            global_steps=self.global_steps,
-            gen_batch_index=self._gen_batch_index(),
+    @classmethod
+    def from_config(cls, config: Any, tokenizer: Any) -> StepSettings:
+        actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+        return cls(
+            rollout_n=rollout.n, temperature=rollout.temperature,
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+            balance_batch=config.trainer.balance_batch,
+            remax_baseline=config.algorithm.adv_estimator == AdvantageEstimator.REMAX,
+            recompute_old_log_prob=actor.recompute_old_log_prob, loss_agg_mode=actor.loss_agg_mode,
+            rollout_probs_diff_max_bound=config.trainer.rollout_probs_diff_max_bound,
+            algorithm=config.algorithm, data_seed=int(config.data.seed),
         )
-        return gen_batch
 
-    def _gen_batch_index(self) -> int:
-        """Which generation batch of the current step this is (0 unless a recipe draws several per step)."""
-        return 0
 
-    def _generate(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        """uid per prompt → repeat n (interleaved) → generate → union; ReMax adds a greedy baseline."""
-        n = self.config.actor_rollout_ref.rollout.n
-        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        gen_batch = self._pop_gen_batch(batch)
-        with self._timed("gen", timing_raw):
-            output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(n, interleave=True))
-        timing_raw.update(output.meta_info.pop("timing", {}))
-        metrics.update(reduce_metrics(output.meta_info.pop("metrics", {})))
-        if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
-            with self._timed("gen_max", timing_raw):
-                batch.batch["reward_baselines"] = self._remax_baseline(batch, gen_batch)
-        batch = batch.repeat(n, interleave=True).union(output)
-        if "response_mask" not in batch.batch.keys():
-            batch.batch["response_mask"] = compute_response_mask(batch)
-        if self.config.trainer.balance_batch:
-            self._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-        return batch
+def _copy(batch: DataProto) -> DataProto:
+    """A DataProto sharing ``batch``'s tensors and arrays, with key maps of its own (safe to add keys to)."""
+    tensors = batch.batch.clone(recurse=False) if batch.batch is not None else None
+    return DataProto(batch=tensors, non_tensor_batch=dict(batch.non_tensor_batch), meta_info=dict(batch.meta_info))
 
-    def _remax_baseline(self, batch: DataProto, gen_batch: DataProto) -> torch.Tensor:
-        """Greedy rollout's sequence reward per prompt, ``[B_prompts]``."""
-        greedy = deepcopy(gen_batch)
-        greedy.meta_info["do_sample"] = False
-        output = self.actor_rollout_wg.generate_sequences(greedy)
-        baseline_batch = deepcopy(batch).union(output)
-        baseline_batch.batch["response_mask"] = compute_response_mask(baseline_batch)
-        reward_tensor, _ = compute_reward(baseline_batch, self.reward_fn)
-        return reward_tensor.sum(dim=-1)
 
-    def _balance_batch(self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen") -> None:
-        """Reorder rows so every data-parallel rank gets a similar token count (Karmarkar–Karp)."""
-        seqlens = batch.batch["attention_mask"].sum(-1).tolist()
-        world_size = self.actor_rollout_wg.world_size
-        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
-        batch.reorder(torch.tensor([i for part in partitions for i in part]))
-        metrics.update(log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=logging_prefix))
+def _timing(worker_timing: dict[str, float]) -> Metrics:
+    return {TIMING_PREFIX + name: seconds for name, seconds in worker_timing.items()}
 
-    # ------------------------------------------------------------------ reward
-    def _compute_reward(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto, dict]:
-        with self._timed("reward", timing_raw):
-            if self.use_rm and "rm_scores" not in batch.batch.keys():
-                batch = batch.union(self.rm_wg.compute_rm_score(batch))
-            reward_tensor, extra_info = compute_reward(batch, self.reward_fn)
-        batch.batch["token_level_scores"] = reward_tensor
-        if extra_info:
-            batch.non_tensor_batch.update({k: np.array(v) for k, v in extra_info.items()})
-        return batch, extra_info
 
-    # ------------------------------------------------------------------ log-probs and values
-    def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        if not self.config.actor_rollout_ref.actor.get("recompute_old_log_prob", True):
-            return batch  # on-policy update: the actor uses its current log-probs, detached (config-checked)
-        with self._timed("old_log_prob", timing_raw):
-            old = self.actor_rollout_wg.compute_log_prob(batch)
-        entropys = old.batch.pop("entropys", None)
-        if entropys is not None:
-            loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
-            entropy = agg_loss(loss_mat=entropys, loss_mask=batch.batch["response_mask"], loss_agg_mode=loss_agg_mode)
-            metrics["actor/entropy"] = entropy.item()
-        metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
-        batch = batch.union(old)
-        if "rollout_log_probs" in batch.batch.keys():
-            metrics.update(self._rollout_consistency_metrics(batch))
-        return batch
+# ---------------------------------------------------------------------------- generate
+def generate(
+    prompts: DataProto, actor_rollout: Any, settings: StepSettings, *, global_steps: int,
+    gen_batch_index: int = 0, reward_fn: Any = None,
+) -> tuple[DataProto, Metrics]:
+    """uid per prompt → repeat n (interleaved) → generate → union → response_mask → balance rows.
 
-    def _compute_ref_log_prob(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        with self._timed("ref", timing_raw):
-            worker = self.actor_rollout_wg if self.ref_in_actor else self.ref_policy_wg
-            return batch.union(worker.compute_ref_log_prob(batch))
+    ReMax (``settings.remax_baseline``) adds ``reward_baselines``: the reward (``reward_fn``) of each prompt's
+    greedy response. ``gen_batch_index`` numbers the generation batches of one step (DAPO draws several).
+    """
+    batch, metrics = _copy(prompts), {}
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+    non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
+    gen_batch = batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys)
+    gen_batch.meta_info.update(
+        eos_token_id=settings.eos_token_id, pad_token_id=settings.pad_token_id, do_sample=True,
+        temperature=settings.temperature, global_steps=global_steps, gen_batch_index=gen_batch_index,
+    )
+    with timed("gen", metrics):
+        output = actor_rollout.generate_sequences(gen_batch.repeat(settings.rollout_n, interleave=True))
+    metrics.update(_timing(output.meta_info.pop("timing", {})))
+    metrics.update(reduce_metrics(output.meta_info.pop("metrics", {})))
+    if settings.remax_baseline:
+        with timed("gen_max", metrics):
+            batch.batch["reward_baselines"] = remax_baseline(batch, gen_batch, actor_rollout, reward_fn)
+    batch = batch.repeat(settings.rollout_n, interleave=True).union(output)
+    if "response_mask" not in batch.batch.keys():
+        batch.batch["response_mask"] = compute_response_mask(batch)
+    batch, balance_metrics = finalize_rollout_batch(batch, actor_rollout.world_size, settings.balance_batch)
+    return batch, {**metrics, **balance_metrics}
 
-    def _compute_values(self, batch: DataProto, timing_raw: dict) -> DataProto:
-        with self._timed("values", timing_raw):
-            return batch.union(self.critic_wg.compute_values(batch))
 
-    # ------------------------------------------------------------------ advantages (driver)
-    def _compute_advantage(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        algo = self.config.algorithm
-        with self._timed("adv", timing_raw):
-            if algo.use_kl_in_reward:
-                batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
-                metrics.update(kl_metrics)
-            else:
-                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            # PF-PPO resamples rows: draw from a stream fixed by (data.seed, step), so runs and resumes repeat
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(self.config.data.get("seed", 1)) * 1_000_003 + self.global_steps)
-                return compute_advantage(
-                    batch,
-                    adv_estimator=algo.adv_estimator,
-                    gamma=algo.gamma,
-                    lam=algo.lam,
-                    num_repeat=self.config.actor_rollout_ref.rollout.n,
-                    norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True),
-                    config=algo,
-                )
+def remax_baseline(prompts: DataProto, gen_batch: DataProto, actor_rollout: Any, reward_fn: Any) -> torch.Tensor:
+    """Greedy rollout's sequence reward per prompt, ``[B_prompts]`` (ReMax, Li et al. 2023, arXiv 2310.10505)."""
+    greedy = deepcopy(gen_batch)
+    greedy.meta_info["do_sample"] = False
+    output = actor_rollout.generate_sequences(greedy)
+    baseline_batch = deepcopy(prompts).union(output)
+    baseline_batch.batch["response_mask"] = compute_response_mask(baseline_batch)
+    reward_tensor, _ = compute_reward(baseline_batch, reward_fn)
+    return reward_tensor.sum(dim=-1)
 
-    # ------------------------------------------------------------------ updates
-    def _update_models(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        """Critic update, then the actor's once ``trainer.critic_warmup`` steps have passed.
 
-        Under split placement (the critic on a resource pool of its own) the two updates use disjoint
-        workers and need nothing from each other, so they run at the same time (verl's split-placement
-        example does the same with a non-blocking critic call).
-        """
-        update_actor = self.config.trainer.critic_warmup <= self.global_steps
-        if not (self.use_critic and update_actor and self._critic_has_own_pool()):
-            if self.use_critic:
-                self._update_critic(batch, metrics, timing_raw)
-            if update_actor:
-                self._update_actor(batch, metrics, timing_raw)
-            return
-        from concurrent.futures import ThreadPoolExecutor
+def balance_order(batch: DataProto, world_size: int, prefix: str = "global_seqlen") -> tuple[torch.Tensor, Metrics]:
+    """Row order that gives every data-parallel rank a similar token count (Karmarkar–Karp), ``[B]``, and the
+    ``{prefix}/*`` imbalance metrics."""
+    seqlens = batch.batch["attention_mask"].sum(-1).tolist()
+    partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=world_size, equal_size=True)
+    order = torch.tensor([i for part in partitions for i in part])
+    return order, log_seqlen_unbalance(seqlen_list=seqlens, partitions=partitions, prefix=prefix)
 
-        critic_metrics: dict = {}
-        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature  # before both read it
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="update_critic") as executor:
-            critic_update = executor.submit(self._update_critic, batch, critic_metrics, timing_raw)
-            self._update_actor(batch, metrics, timing_raw)
-            self._active_stage = "update_critic"
-            critic_update.result()  # re-raises the critic's failure
-        metrics.update(critic_metrics)
 
-    def _critic_has_own_pool(self) -> bool:
-        from hybridrl.trainer.ppo.roles import Role
+def finalize_rollout_batch(batch: DataProto, world_size: int, balance: bool) -> tuple[DataProto, Metrics]:
+    """Balance rows across ranks (when ``balance``) and record ``meta_info["global_token_num"]`` (per-row tokens)."""
+    batch, metrics = _copy(batch), {}
+    if balance:
+        order, metrics = balance_order(batch, world_size)
+        batch.reorder(order)
+    batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+    return batch, metrics
 
-        mapping = getattr(self.resource_pool_manager, "mapping", {})
-        actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in mapping else Role.ActorRollout
-        return Role.Critic in mapping and mapping[Role.Critic] != mapping.get(actor_role)
 
-    def _update_critic(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        with self._timed("update_critic", timing_raw):
-            output = self.critic_wg.update_critic(batch)
-        metrics.update(reduce_metrics(output.meta_info["metrics"]))
+# ---------------------------------------------------------------------------- reward
+def reward(batch: DataProto, reward_fn: Any, rm: Any = None) -> tuple[DataProto, Metrics]:
+    """``token_level_scores`` from the reward function (after the reward model's ``rm_scores`` when ``rm``)."""
+    batch, metrics = _copy(batch), {}
+    with timed("reward", metrics):
+        if rm is not None and "rm_scores" not in batch.batch.keys():
+            batch = batch.union(rm.compute_rm_score(batch))
+        reward_tensor, extra_info = compute_reward(batch, reward_fn)
+    batch.batch["token_level_scores"] = reward_tensor
+    if extra_info:
+        batch.non_tensor_batch.update({k: np.array(v) for k, v in extra_info.items()})
+    return batch, metrics
 
-    def _update_actor(self, batch: DataProto, metrics: dict, timing_raw: dict) -> None:
-        batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        with self._timed("update_actor", timing_raw):
-            output = self.actor_rollout_wg.update_actor(batch)
-        metrics.update(reduce_metrics(output.meta_info["metrics"]))
 
-    def _rollout_consistency_metrics(self, batch: DataProto) -> dict[str, float]:
-        """training/rollout_probs_diff_{max,mean,std}, checked against the configured bound."""
-        from hybridrl.workers.rollout.consistency import check_rollout_probs_diff, compute_rollout_probs_diff_metrics
+# ---------------------------------------------------------------------------- log-probs and values
+def old_log_prob(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
+    """The actor's log-probs of the sampled responses (skipped for a purely on-policy update, config-checked)."""
+    if not settings.recompute_old_log_prob:
+        return batch, {}  # the actor uses its current log-probs, detached
+    batch, metrics = _copy(batch), {}
+    with timed("old_log_prob", metrics):
+        old = actor_rollout.compute_log_prob(batch)
+    entropys = old.batch.pop("entropys", None)
+    if entropys is not None:
+        entropy = agg_loss(loss_mat=entropys, loss_mask=batch.batch["response_mask"],
+                           loss_agg_mode=settings.loss_agg_mode)
+        metrics["actor/entropy"] = entropy.item()
+    metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
+    batch = batch.union(old)
+    if "rollout_log_probs" in batch.batch.keys():
+        metrics.update(_rollout_consistency_metrics(batch, settings.rollout_probs_diff_max_bound))
+    return batch, metrics
 
-        found = compute_rollout_probs_diff_metrics(
-            batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], batch.batch["response_mask"]
-        )
-        bound = self.config.trainer.get("rollout_probs_diff_max_bound", None)
-        if bound is not None:
-            check_rollout_probs_diff(found, bound)
-        return found
+
+def _rollout_consistency_metrics(batch: DataProto, bound: float | None) -> Metrics:
+    """training/rollout_probs_diff_{max,mean,std}, checked against ``bound`` when set."""
+    from hybridrl.workers.rollout.consistency import check_rollout_probs_diff, compute_rollout_probs_diff_metrics
+
+    found = compute_rollout_probs_diff_metrics(
+        batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], batch.batch["response_mask"]
+    )
+    if bound is not None:
+        check_rollout_probs_diff(found, bound)
+    return found
+
+
+def ref_log_prob(batch: DataProto, ref: Any) -> tuple[DataProto, Metrics]:
+    """The reference policy's log-probs (``ref``: its own group, or the actor's with LoRA off)."""
+    metrics: Metrics = {}
+    with timed("ref", metrics):
+        output = ref.compute_ref_log_prob(batch)
+    return _copy(batch).union(output), metrics
+
+
+def values(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
+    """The critic's value estimates."""
+    metrics: Metrics = {}
+    with timed("values", metrics):
+        output = critic.compute_values(batch)
+    return _copy(batch).union(output), metrics
+
+
+# ---------------------------------------------------------------------------- advantages (driver)
+def advantage(
+    batch: DataProto, settings: StepSettings, kl_ctrl: KLController | None, global_steps: int
+) -> tuple[DataProto, Metrics]:
+    """token_level_rewards (scores − β·KL when the KL is in the reward; ``kl_ctrl`` then adapts β), then the
+    estimator's advantages and returns."""
+    algo = settings.algorithm
+    batch, metrics = _copy(batch), {}
+    with timed("adv", metrics):
+        if algo.use_kl_in_reward:
+            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        # PF-PPO resamples rows: draw from a stream fixed by (data.seed, step), so runs and resumes repeat
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(settings.data_seed * _SEED_STRIDE + global_steps)
+            batch = compute_advantage(
+                batch, adv_estimator=algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
+                num_repeat=settings.rollout_n, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, config=algo,
+            )
+    return batch, metrics
+
+
+# ---------------------------------------------------------------------------- updates
+def update_critic(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
+    """One critic update on the batch; returns the batch unchanged and the update's metrics."""
+    metrics: Metrics = {}
+    with timed("update_critic", metrics):
+        output = critic.update_critic(batch)
+    metrics.update(reduce_metrics(output.meta_info["metrics"]))
+    return batch, metrics
+
+
+def update_actor(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
+    """One actor (PPO) update on the batch, at the rollout temperature; returns the batch and the metrics."""
+    metrics: Metrics = {}
+    update_batch = _copy(batch)
+    update_batch.meta_info["temperature"] = settings.temperature
+    with timed("update_actor", metrics):
+        output = actor_rollout.update_actor(update_batch)
+    metrics.update(reduce_metrics(output.meta_info["metrics"]))
+    return batch, metrics

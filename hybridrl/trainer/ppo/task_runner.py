@@ -37,7 +37,7 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
     """Return ``(role_worker_mapping, resource_pool_spec, mapping)`` as verl 0.5's main_ppo builds them."""
     import ray
 
-    from hybridrl.trainer.ppo.roles import Role, need_critic
+    from hybridrl.trainer.ppo.roles import Role, need_critic, need_reference_policy
     from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
     global_pool = "global_pool"
@@ -47,7 +47,7 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
     if need_critic(config):
         role_worker_mapping[Role.Critic] = ray.remote(CriticWorker)
         mapping[Role.Critic] = _own_pool(config.critic, "critic_pool", resource_pool_spec) or global_pool
-    if config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
+    if need_reference_policy(config):
         role_worker_mapping[Role.RefPolicy] = ray.remote(ActorRolloutRefWorker)
         mapping[Role.RefPolicy] = global_pool
     if config.reward_model.enable:

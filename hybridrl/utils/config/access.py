@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -52,11 +53,19 @@ def _pool_size(config: DictConfig, section: str) -> int | None:
 
 
 def need_critic(config: DictConfig) -> bool:
-    """A critic is used when critic.enable is True, or when it is null/absent and the estimator is gae."""
+    """A critic is used when critic.enable is True, or when it is null/absent and the estimator is gae
+    (verl's rule, with verl's warning when the estimator turns the critic off)."""
     enable = get(config, "critic.enable")
     if enable is not None:
         return bool(enable)
-    return get(config, "algorithm.adv_estimator") == "gae"
+    estimator = get(config, "algorithm.adv_estimator")
+    if getattr(estimator, "value", estimator) == "gae":
+        return True
+    warnings.warn(
+        "Disabled critic as algorithm.adv_estimator != gae. If it is not intended, please set critic.enable=True",
+        stacklevel=2,
+    )
+    return False
 
 
 def need_reference_policy(config: DictConfig) -> bool:

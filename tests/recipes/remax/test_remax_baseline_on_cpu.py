@@ -13,6 +13,8 @@ import torch
 
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.config import compose_recipe_config
+from hybridrl.trainer.ppo import stages
+from hybridrl.trainer.ppo.batch_collection import Rollout
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from tests.recipes.fakes import FakeActorRolloutWG, common_overrides, make_trainer
 
@@ -24,21 +26,21 @@ def test_remax_baseline_is_the_greedy_responses_reward(tiny_model_dir, recipe_da
             "custom_reward_function.path": str(ROOT / "tests/recipes/assets/length_reward.py")}
     config = compose_recipe_config(ROOT / "recipes/remax/config", "remax_trainer", [f"{k}={v}" for k, v in args.items()])
     trainer = make_trainer(RayPPOTrainer, config, use_ref=True)  # the recipe puts the KL in the reward
-    trainer.global_steps = 1
-    metrics: dict = {}
-    timing: dict = {}
-    batch = trainer._rollout(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), metrics, timing)
+    rollout = Rollout(trainer.workers, trainer.settings, trainer.reward_fn, global_steps=1)
+    batch, metrics = trainer.batch_collector.collect(
+        DataProto.from_single_dict(next(iter(trainer.train_dataloader))), rollout
+    )
     wg: FakeActorRolloutWG = trainer.actor_rollout_wg
     # one sampled call (2 prompts × n=2) and one greedy call (2 prompts, do_sample=False)
     assert [len(g) for g in wg.generated] == [4, 2] and wg.generated[1].meta_info["do_sample"] is False
-    assert "gen_max" in timing
+    assert "timing_s/gen_max" in metrics
     greedy_ids = torch.full((FakeActorRolloutWG.GREEDY_LENGTH - 1,), wg.token_id)
     greedy_reward = float(len(trainer.tokenizer.decode(greedy_ids, skip_special_tokens=True)))
     assert greedy_reward > 0
     assert batch.batch["reward_baselines"].tolist() == [greedy_reward] * 4  # per sample, after repeat(n)
-    batch = trainer._compute_old_log_prob(batch, metrics, timing)
-    batch = trainer._compute_ref_log_prob(batch, timing)
-    batch = trainer._compute_advantage(batch, metrics, timing)
+    batch, _ = stages.old_log_prob(batch, trainer.actor_rollout_wg, trainer.settings)
+    batch, _ = stages.ref_log_prob(batch, trainer.ref_policy_wg)
+    batch, metrics = stages.advantage(batch, trainer.settings, trainer.kl_ctrl_in_reward, global_steps=1)
     # zero log-probs → zero KL penalty: A_t = (Σ_t' r_t' − b)·m with the score on the last valid token
     scores = batch.batch["token_level_scores"].sum(-1)
     expected = (scores - greedy_reward)[:, None] * batch.batch["response_mask"]

@@ -1,4 +1,4 @@
-"""Driver-side checkpoint and resume (CheckpointMixin) with fake worker groups: resume_mode, trainer_state.pt
+"""Driver-side checkpoint and resume (the trainer's Checkpointer) with fake worker groups: resume_mode, trainer_state.pt
 (KL controller, driver RNG, dataloader position) and detection of a partial or corrupt latest checkpoint.
 The CLI e2e tests (tests/trainer/test_main_ppo_e2e.py) cover the same with real workers and SIGTERM."""
 
@@ -10,10 +10,10 @@ import random
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from hybridrl.trainer.ppo.checkpointing import CheckpointError, CheckpointMixin
+from hybridrl.trainer.ppo.checkpointing import Checkpointer, CheckpointError
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
+from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
 from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import common_overrides, make_trainer
@@ -60,13 +60,22 @@ def test_trainer_state_restores_kl_controller_rng_and_dataloader_position(tiny_m
     assert torch.equal(next(iter(fresh.train_dataloader))["input_ids"], expected_batch)
 
 
-class _Driver(CheckpointMixin):
-    """The attributes CheckpointMixin reads, without a trainer."""
+class _Driver:
+    """A Checkpointer for ``root`` and the worker groups it would restore (placeholders: none may be called)."""
 
     def __init__(self, root, mode="auto", path=None, use_critic=False):
-        self.config = OmegaConf.create({"trainer": {"default_local_dir": str(root), "resume_mode": mode,
-                                                    "resume_from_path": path}})
-        self.use_critic = use_critic
+        self.checkpointer = Checkpointer(str(root), mode, path, max_actor_ckpt_to_keep=None,
+                                         max_critic_ckpt_to_keep=None, del_local_ckpt_after_load=False)
+        self.workers = WorkerGroups(actor_rollout=object(), critic=object() if use_critic else None)
+
+    def _resolve_resume_folder(self):
+        return self.checkpointer.resolve_resume_folder()
+
+    def _check_complete(self, folder):
+        return self.checkpointer.check_complete(folder, use_critic=self.workers.use_critic)
+
+    def _load_checkpoint(self):
+        return self.checkpointer.load(self.workers, train_dataloader=None)
 
 
 def _step_folder(root, step: int, components=("actor",), complete=True) -> str:

@@ -1,5 +1,6 @@
 """RayPPOTrainer's step logic with fake worker groups (tests/recipes/fakes.py; the real ones run in the CLI
-e2e tests).
+e2e tests). The stages are called as the trainer calls them (``stages.*`` with the trainer's parts); the
+stage functions' own contract is in test_stages_on_cpu.py.
 
 Each knob is checked for the behaviour verl gives it: rollout.n repeats prompts (interleaved, one uid per
 prompt), balance_batch reorders and logs global_seqlen/*, use_kl_loss brings in the reference policy,
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from hybridrl.protocol import DataProto
+from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import R as RESPONSE_LENGTH
@@ -37,6 +39,13 @@ def _calls(trainer, name: str) -> list[int]:
     return [size for called, size in trainer.actor_rollout_wg.calls if called == name]
 
 
+def _generate(trainer):
+    """The generate stage on the trainer's first batch of prompts, as the trainer runs it (step 1)."""
+    prompts = DataProto.from_single_dict(next(iter(trainer.train_dataloader)))
+    return stages.generate(prompts, trainer.actor_rollout_wg, trainer.settings, global_steps=1,
+                           reward_fn=trainer.reward_fn)
+
+
 @pytest.fixture()
 def setup(tiny_model_dir, arithmetic_data_dir, tmp_path):
     def build(use_ref: bool = False, **overrides):
@@ -48,8 +57,7 @@ def setup(tiny_model_dir, arithmetic_data_dir, tmp_path):
 
 def test_rollout_n_repeats_prompts_interleaved_with_one_uid_per_prompt(setup):
     trainer = setup(**{"actor_rollout_ref.rollout.n": 3, "trainer.balance_batch": False})
-    trainer.global_steps = 1
-    batch = trainer._generate(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), {}, {})
+    batch, _ = _generate(trainer)
     generated = trainer.actor_rollout_wg.generated[0].batch["input_ids"]
     assert generated.shape[0] == 4 * 3
     assert torch.equal(generated[0], generated[1]) and torch.equal(generated[1], generated[2])  # interleaved
@@ -60,9 +68,7 @@ def test_rollout_n_repeats_prompts_interleaved_with_one_uid_per_prompt(setup):
 def test_balance_batch_reorders_and_logs(setup):
     for balance in (True, False):
         trainer = setup(**{"trainer.balance_batch": balance})
-        trainer.global_steps = 1
-        metrics: dict = {}
-        batch = trainer._generate(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), metrics, {})
+        batch, metrics = _generate(trainer)
         assert ("global_seqlen/balanced_max" in metrics) is balance
         if balance:  # the two halves (one per rank) carry token counts as equal as the partition allows
             lengths = batch.batch["attention_mask"].sum(-1)
@@ -102,11 +108,10 @@ def test_total_training_steps_defaults_to_epochs_times_loader_length(setup):
 
 def test_grpo_advantages_are_per_uid_group(setup):
     trainer = setup(**{"trainer.total_training_steps": 1})
-    trainer.global_steps = 1
-    batch = trainer._generate(DataProto.from_single_dict(next(iter(trainer.train_dataloader))), {}, {})
-    batch, _ = trainer._compute_reward(batch, {})
-    batch = trainer._compute_old_log_prob(batch, {}, {})
-    batch = trainer._compute_advantage(batch, {}, {})
+    batch, _ = _generate(trainer)
+    batch, _ = stages.reward(batch, trainer.reward_fn)
+    batch, _ = stages.old_log_prob(batch, trainer.actor_rollout_wg, trainer.settings)
+    batch, _ = stages.advantage(batch, trainer.settings, trainer.kl_ctrl_in_reward, global_steps=1)
     adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
     uids = batch.non_tensor_batch["uid"]
     for uid in set(uids):
@@ -153,7 +158,9 @@ def test_split_placement_overlaps_critic_and_actor_updates(setup, critic_pool, t
     """Critic on its own pool: update_critic and update_actor run at the same time; colocated: one after the other."""
     import threading
 
+    from hybridrl.trainer.ppo.ppo_update import update_models
     from hybridrl.trainer.ppo.roles import Role
+    from hybridrl.trainer.ppo.worker_groups import critic_has_own_pool
 
     trainer = setup(**{"algorithm.adv_estimator": "gae"})
     actor_started = threading.Event()
@@ -166,9 +173,44 @@ def test_split_placement_overlaps_critic_and_actor_updates(setup, critic_pool, t
     trainer.actor_rollout_wg.update_actor = update_actor
     trainer.critic_wg = _WaitingCritic(actor_started, timeout_s)
     trainer.resource_pool_manager.mapping = {Role.ActorRollout: "global_pool", Role.Critic: critic_pool}
-    trainer.global_steps = 1
-    metrics: dict = {}
-    trainer._update_models(DataProto.from_dict({"x": torch.zeros(2, 1)}), metrics, {})
+    overlap = critic_has_own_pool(trainer.resource_pool_manager)
+    _, metrics = update_models(DataProto.from_dict({"x": torch.zeros(2, 1)}), trainer.workers, trainer.settings,
+                               update_actor=True, overlap=overlap)
     assert metrics["test/overlapped"] == overlapped
     assert "critic/vf_loss" in metrics and "actor/pg_loss" in metrics
     assert _calls(trainer, "update_actor") == [2]
+
+
+class _TwoPromptBatchesPerStep:
+    """A batch collector that needs two dataloader batches per step: it trains on the second one's responses."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def collect(self, prompts: DataProto, rollout):
+        self.calls += 1
+        if self.calls % 2:
+            return None, {}
+        batch, metrics = rollout(prompts)
+        return batch, {**metrics, "test/collect_calls": float(self.calls)}
+
+
+def test_a_batch_collector_passed_to_the_trainer_builds_every_step(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    collector = _TwoPromptBatchesPerStep()
+    config = _config(arithmetic_data_dir, tiny_model_dir, tmp_path)
+    trainer = make_trainer(RayPPOTrainer, config, batch_collector=collector)
+    assert trainer.batch_collector is collector
+    trainer.fit()
+    assert collector.calls == 4  # 2 steps × 2 prompt batches
+    assert _calls(trainer, "generate_sequences") == [8, 8] and _calls(trainer, "update_actor") == [8, 8]
+    assert trainer.global_steps == 2
+
+
+def test_worker_group_attributes_delegate_to_the_workers_record(setup):
+    trainer = setup()
+    assert trainer.workers.actor_rollout is trainer.actor_rollout_wg
+    assert not hasattr(trainer, "critic_wg") and not trainer.workers.use_critic  # grpo: no critic
+    critic = object()
+    trainer.critic_wg = critic
+    assert trainer.workers.critic is critic and trainer.workers.use_critic
+    assert trainer.workers.actor_rollout is trainer.actor_rollout_wg  # the other groups are kept

@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
+from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from hybridrl.trainer.ppo.checkpointing import CheckpointMixin
@@ -88,6 +89,10 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         data = self.config.data
         num_workers = data.get("dataloader_num_workers", 8)
         batch_size = data.get("gen_batch_size") or data.train_batch_size
+        if train_sampler is None:  # verl 0.5: data.shuffle / data.sampler.* decide
+            from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
+
+            train_sampler = create_rl_sampler(data, train_dataset)
         self.train_dataloader = StatefulDataLoader(
             dataset=train_dataset, batch_size=batch_size, num_workers=num_workers, drop_last=True,
             collate_fn=collate_fn, sampler=train_sampler,
@@ -250,6 +255,8 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
         n_gpus = self.resource_pool_manager.get_n_gpus()
         metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        if isinstance(self.train_dataloader.sampler, AbstractCurriculumSampler):  # experimental, as verl 0.5
+            self.train_dataloader.sampler.update(batch=batch)
         return metrics
 
     def _due(self, freq: int, is_last_step: bool) -> bool:

@@ -59,3 +59,26 @@ def empty_cache() -> None:
     """Release cached accelerator memory (no-op on CPU)."""
     if get_device_name() == "cuda":
         torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------
+# verl 0.5 names (hybridrl runs on CUDA or CPU; Ascend NPUs are not supported)
+# ---------------------------------------------------------------------------
+
+
+def is_torch_npu_available() -> bool:
+    """Always False: hybridrl has no Ascend NPU backend (verl checks ``torch.npu``)."""
+    return False
+
+
+is_npu_available = is_torch_npu_available()
+
+
+def get_visible_devices_keyword() -> str:
+    """The environment variable that lists the visible accelerators (``CUDA_VISIBLE_DEVICES``)."""
+    return "CUDA_VISIBLE_DEVICES"
+
+
+def get_nccl_backend() -> str:
+    """verl's name for :func:`get_dist_backend` of this process's device (``nccl`` or ``gloo``)."""
+    return get_dist_backend()

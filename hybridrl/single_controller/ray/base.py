@@ -25,7 +25,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hybridrl.single_controller.base.worker_group import WorkerGroup
+from hybridrl.single_controller.base.worker_group import WorkerGroup, func_generator
 from hybridrl.single_controller.ray.actor_class import RayClassWithInitArgs, actor_class_name, user_class
 from hybridrl.single_controller.ray.colocate import create_colocated_worker_cls
 from hybridrl.single_controller.ray.errors import (
@@ -35,18 +35,21 @@ from hybridrl.single_controller.ray.errors import (
 )
 from hybridrl.single_controller.ray.fused_worker import (
     FUSED_METHOD_SEPARATOR,
+    FusedWorkerCLSName,
     create_colocated_worker_cls_fused,
     create_colocated_worker_raw_cls,
 )
 from hybridrl.single_controller.ray.resource_pool import RayResourcePool, sort_placement_group_by_node_ip
 
 __all__ = [
+    "FusedWorkerCLSName",
     "RayClassWithInitArgs",
     "RayResourcePool",
     "RayWorkerGroup",
     "create_colocated_worker_cls",
     "create_colocated_worker_cls_fused",
     "create_colocated_worker_raw_cls",
+    "func_generator",
     "get_random_string",
     "sort_placement_group_by_node_ip",
 ]

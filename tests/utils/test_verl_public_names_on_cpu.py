@@ -6,12 +6,14 @@ A name here is one that recipes or user code import from verl; removing or movin
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 
 import pytest
 import torch.distributed as dist
 
 VERL_NAMES = {
+    "hybridrl.utils": ["hf_tokenizer", "hf_processor"],
     "hybridrl.utils.py_functional": [
         "timeout_limit", "union_two_dict", "append_to_dict", "NestedNamespace", "DynamicEnumMeta", "DynamicEnum",
         "temp_env_var", "convert_to_regular_types",
@@ -54,6 +56,31 @@ VERL_NAMES = {
 def test_verl_names_resolve(module_name):
     module = importlib.import_module(module_name)
     assert [name for name in VERL_NAMES[module_name] if not hasattr(module, name)] == []
+
+
+# leading parameters (in order) of verl 0.5 functions that user code calls with positional or keyword arguments
+VERL_SIGNATURES = {
+    ("hybridrl.utils.tokenizer", "hf_tokenizer"): ["name_or_path", "correct_pad_token", "correct_gemma2"],
+    ("hybridrl.utils.dataset.rl_dataset", "create_rl_dataset"): [
+        "data_paths", "data_config", "tokenizer", "processor", "is_train",
+    ],
+    ("hybridrl.utils.dataset.rl_dataset", "create_rl_sampler"): ["data_config", "dataset"],
+    ("hybridrl.utils.reward_score", "default_compute_score"): [
+        "data_source", "solution_str", "ground_truth", "extra_info", "sandbox_fusion_url", "concurrent_semaphore",
+        "memory_limit_mb",
+    ],
+    ("hybridrl.utils.fs", "copy_to_local"): ["src", "cache_dir", "filelock", "verbose", "always_recopy", "use_shm"],
+    ("hybridrl.utils.ray_utils", "parallel_put"): ["data_list", "max_workers"],
+    ("hybridrl.utils.py_functional", "timeout_limit"): ["seconds", "use_signals"],
+    ("hybridrl.utils.import_utils", "load_extern_type"): ["file_path", "type_name"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("module_name", "function_name"), sorted(VERL_SIGNATURES))
+def test_verl_signatures(module_name, function_name):
+    function = getattr(importlib.import_module(module_name), function_name)
+    expected = VERL_SIGNATURES[(module_name, function_name)]
+    assert list(inspect.signature(function).parameters)[: len(expected)] == expected
 
 
 def test_worker_fused_attributes():

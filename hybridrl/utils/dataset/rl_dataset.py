@@ -234,7 +234,13 @@ def get_dataset_class(data_config: Any) -> type:
     return cls
 
 
-def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, processor: Any = None) -> Dataset:
-    """Build the (custom or default) dataset class with verl's constructor signature."""
+def create_rl_dataset(
+    data_paths: Any, data_config: Any, tokenizer: Any, processor: Any = None, is_train: bool = True
+) -> Dataset:
+    """Build the (custom or default) dataset class with verl's constructor signature.
+
+    ``is_train`` is accepted for verl's signature; verl uses it to pick its experimental ``data.datagen``
+    dataset for training, which hybridrl does not have.
+    """
     cls = get_dataset_class(data_config)
     return cls(data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config)

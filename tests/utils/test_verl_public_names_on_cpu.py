@@ -90,6 +90,12 @@ def test_worker_fused_attributes():
     assert Worker.fused_worker_attr_name == "fused_worker_dict"
     assert WorkerGroup.fused_worker_execute_fn_name == "_fuw_execute"
     assert Worker().get_fused_worker_by_name("actor") is None
+    assert "RANK" in Worker.env_keys() and callable(Worker.get_availale_master_addr_port)  # verl's spelling
+    from hybridrl.single_controller.ray.base import RayWorkerGroup
+
+    assert all(
+        isinstance(getattr(RayWorkerGroup, name), property) for name in ("workers", "master_address", "master_port")
+    )
 
 
 def test_device_names_on_this_machine():

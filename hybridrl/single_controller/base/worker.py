@@ -169,6 +169,22 @@ class Worker:
     def get_available_master_addr_port(self) -> tuple[str, str]:
         return _node_ip(), str(free_port())
 
+    # verl's spelling of the same method
+    get_availale_master_addr_port = get_available_master_addr_port
+
+    @classmethod
+    def env_keys(cls) -> list[str]:
+        """The environment variables a worker reads its place in the group from (verl)."""
+        return [
+            "WORLD_SIZE",
+            "RANK",
+            "LOCAL_WORLD_SIZE",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES",
+        ]
+
     def get_fused_worker_by_name(self, worker_name: str) -> Worker | None:
         """The worker of role ``worker_name`` fused into the same process (None outside a fused worker)."""
         return self.fused_worker_dict.get(worker_name)

@@ -215,6 +215,19 @@ class RayWorkerGroup(WorkerGroup):
     def worker_names(self) -> list[str]:
         return self._worker_names
 
+    @property
+    def workers(self) -> list[Any]:
+        """The actor handles, in rank order."""
+        return self._workers
+
+    @property
+    def master_address(self) -> str | None:
+        return self._master_addr
+
+    @property
+    def master_port(self) -> str | None:
+        return self._master_port
+
     def _get(self, refs: list[Any], ranks: list[int], method_name: str, timeout_s: float | None) -> list[Any]:
         return get_from_workers(
             refs,

@@ -28,7 +28,7 @@ VERL_NAMES = {
         "is_trl_available", "import_external_libs", "load_extern_type", "deprecated",
     ],
     "hybridrl.utils.device": [
-        "is_torch_npu_available", "is_npu_available", "get_visible_devices_keyword", "get_device_name",
+        "is_torch_npu_available", "is_npu_available", "is_cuda_available", "get_visible_devices_keyword", "get_device_name",
         "get_torch_device", "get_device_id", "get_nccl_backend",
     ],
     "hybridrl.utils.distributed": ["initialize_global_process_group", "destroy_global_process_group"],
@@ -99,8 +99,17 @@ def test_worker_fused_attributes():
 
 
 def test_device_names_on_this_machine():
-    from hybridrl.utils.device import get_dist_backend, get_nccl_backend, get_visible_devices_keyword, is_npu_available
+    import torch
 
+    from hybridrl.utils.device import (
+        get_dist_backend,
+        get_nccl_backend,
+        get_visible_devices_keyword,
+        is_cuda_available,
+        is_npu_available,
+    )
+
+    assert is_cuda_available is torch.cuda.is_available()  # a bool, as in verl (not a function)
     assert is_npu_available is False and get_visible_devices_keyword() == "CUDA_VISIBLE_DEVICES"
     assert get_nccl_backend() == get_dist_backend()
 

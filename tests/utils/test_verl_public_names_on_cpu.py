@@ -33,6 +33,7 @@ VERL_NAMES = {
     ],
     "hybridrl.utils.distributed": ["initialize_global_process_group", "destroy_global_process_group"],
     "hybridrl.utils.metric": ["reduce_metrics"],
+    "hybridrl.utils.model": ["compute_position_id_with_mask", "update_model_config"],
     "hybridrl.single_controller.ray.base": [
         "RayResourcePool", "RayClassWithInitArgs", "RayWorkerGroup", "create_colocated_worker_cls",
         "create_colocated_worker_raw_cls", "create_colocated_worker_cls_fused", "FusedWorkerCLSName",

@@ -18,19 +18,10 @@ import torch
 from torch import nn
 
 from hybridrl.utils.fs import copy_to_local
+from hybridrl.utils.model import update_model_config
 from hybridrl.utils.tokenizer import hf_tokenizer
 
 _MODEL_KINDS = ("causal_lm", "token_classification")
-
-
-def update_model_config(config: Any, override: Mapping[str, Any] | None) -> None:
-    """Apply ``model.override_config`` to an HF config in place; nested dicts update sub-configs."""
-    for key, value in (override or {}).items():
-        current = getattr(config, key, None)
-        if isinstance(value, Mapping) and current is not None and not isinstance(current, Mapping):
-            update_model_config(current, value)
-        else:
-            setattr(config, key, value)
 
 
 def load_hf_config(

@@ -6,12 +6,14 @@
                  ──► run_ppo(config)
 
 ``--cfg job`` prints the composed tree and stops (Hydra's flag); nothing heavy is imported before
-``run_ppo``.
+``run_ppo``. verl's ``create_rl_dataset``, ``create_rl_sampler`` (the ``data.sampler.*`` hook) and
+``TaskRunner`` are importable from here.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -64,6 +66,23 @@ def main(config: DictConfig | None = None) -> None:
         print(error, file=sys.stderr, flush=True)
         sys.exit(1)
     _hydra_main()
+
+
+# verl 0.5 users import these from main_ppo; they are loaded on first access so that the command line
+# starts without importing torch or Ray.
+_LAZY_EXPORTS = {
+    "create_rl_dataset": "hybridrl.utils.dataset.rl_dataset",
+    "create_rl_sampler": "hybridrl.utils.dataset.rl_dataset",
+    "TaskRunner": "hybridrl.trainer.ppo.task_runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

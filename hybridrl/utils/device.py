@@ -17,19 +17,23 @@ DEVICE_ENV_VAR = "HYBRIDRL_DEVICE"
 _SUPPORTED_DEVICES = ("cpu", "cuda")
 
 
-def is_cuda_available() -> bool:
-    """True when torch sees at least one CUDA device."""
+def _cuda_available() -> bool:
+    """True when torch sees at least one CUDA device (asked on every call, so tests may patch torch)."""
     return torch.cuda.is_available()
+
+
+# verl 0.5 exposes a module-level bool (``if is_cuda_available:``), not a function.
+is_cuda_available: bool = _cuda_available()
 
 
 def get_device_name() -> str:
     """``cpu`` or ``cuda``: ``$HYBRIDRL_DEVICE`` if set, else ``cuda`` when available, else ``cpu``."""
     name = os.environ.get(DEVICE_ENV_VAR, "").strip().lower()
     if not name:
-        return "cuda" if is_cuda_available() else "cpu"
+        return "cuda" if _cuda_available() else "cpu"
     if name not in _SUPPORTED_DEVICES:
         raise ValueError(f"{DEVICE_ENV_VAR}={name!r} is not supported; use one of {_SUPPORTED_DEVICES}.")
-    if name == "cuda" and not is_cuda_available():
+    if name == "cuda" and not _cuda_available():
         raise RuntimeError(f"{DEVICE_ENV_VAR}=cuda but no CUDA device is visible; set trainer.device=cpu.")
     return name
 
@@ -59,3 +63,26 @@ def empty_cache() -> None:
     """Release cached accelerator memory (no-op on CPU)."""
     if get_device_name() == "cuda":
         torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------
+# verl 0.5 names (hybridrl runs on CUDA or CPU; Ascend NPUs are not supported)
+# ---------------------------------------------------------------------------
+
+
+def is_torch_npu_available() -> bool:
+    """Always False: hybridrl has no Ascend NPU backend (verl checks ``torch.npu``)."""
+    return False
+
+
+is_npu_available = is_torch_npu_available()
+
+
+def get_visible_devices_keyword() -> str:
+    """The environment variable that lists the visible accelerators (``CUDA_VISIBLE_DEVICES``)."""
+    return "CUDA_VISIBLE_DEVICES"
+
+
+def get_nccl_backend() -> str:
+    """verl's name for :func:`get_dist_backend` of this process's device (``nccl`` or ``gloo``)."""
+    return get_dist_backend()

@@ -14,6 +14,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from hybridrl.utils.device import get_device_name
+
 _REQUIRED_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
 # verl's default actor_rollout_ref.nccl_timeout (seconds)
 DEFAULT_TIMEOUT_S = 600.0
@@ -65,3 +67,13 @@ def destroy_distributed() -> None:
     """Leave the process group if this process is in one."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# verl 0.5's names for the same set-up, for code written against verl.utils.distributed.
+def initialize_global_process_group(timeout_second: float = 36000) -> tuple[int, int, int]:
+    """:func:`init_distributed` on this process's device; returns ``(local_rank, rank, world_size)``."""
+    init_distributed(get_device_name(), timeout_s=timeout_second)
+    return int(os.environ.get("LOCAL_RANK", "0")), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+destroy_global_process_group = destroy_distributed

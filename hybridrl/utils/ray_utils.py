@@ -6,11 +6,16 @@ Local cluster (no ``ray_init.address`` and no ``RAY_ADDRESS``): token auth off
 cores, so that placement-group bundles, colocated actors and the TaskRunner always fit on a
 2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides).
 Existing cluster (``ray_init.address=auto`` or ``ray://…``): joined as is.
+
+Also verl's helpers of this module: ``parallel_put`` (``ray.put`` from a thread pool, order kept) and
+``ray_noset_visible_devices``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 # Logical CPUs a local CPU-device cluster advertises at least: room for 2 workers × max_colocate_count
@@ -76,3 +81,45 @@ def init_ray(
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(**kwargs)
     return kwargs
+
+
+# Ray leaves the device-visibility variable alone when one of these is set (one per accelerator kind).
+NOSET_VISIBLE_DEVICES_ENV_VARS = (
+    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES",
+    "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES",
+    "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
+    "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
+)
+
+
+def ray_noset_visible_devices(env_vars: Mapping[str, str] = os.environ) -> bool:
+    """True if any ``RAY_EXPERIMENTAL_NOSET_*_VISIBLE_*`` variable is set (non-empty) in ``env_vars``."""
+    return any(env_vars.get(name) for name in NOSET_VISIBLE_DEVICES_ENV_VARS)
+
+
+# Threads parallel_put uses at most by default (verl).
+_MAX_PUT_THREADS = 16
+
+
+def parallel_put(data_list: list[Any], max_workers: int | None = None) -> list[Any]:
+    """``ray.put`` every item of ``data_list`` from a thread pool; the refs come back in input order.
+
+    Args:
+        data_list: objects to store; must not be empty.
+        max_workers: threads to use (default ``min(len(data_list), 16)``).
+
+    Returns:
+        ``ray.ObjectRef`` list, ``refs[i]`` holding ``data_list[i]``.
+    """
+    import ray
+
+    if len(data_list) == 0:  # AssertionError as in verl, but kept under ``python -O``
+        raise AssertionError("data_list must not be empty")
+    if max_workers is None:
+        max_workers = min(len(data_list), _MAX_PUT_THREADS)
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        return list(pool.map(ray.put, data_list))  # map yields in submission order

@@ -19,20 +19,29 @@ def set_pad_token_id(tokenizer: Any) -> None:
         logger.warning("tokenizer.pad_token_id is None; using eos_token %r as pad.", tokenizer.eos_token)
 
 
+# gemma-2-2b-it's eos token is ambiguous; verl pins the end-of-turn token instead (id 107 in that vocabulary).
+_GEMMA2_NAME = "gemma-2-2b-it"
+_GEMMA2_EOS = {"eos_token": "<end_of_turn>", "eos_token_id": 107}
+
+
 def hf_tokenizer(
     name_or_path: str,
     correct_pad_token: bool = True,
+    correct_gemma2: bool = True,
     trust_remote_code: bool = False,
     custom_chat_template: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Load ``AutoTokenizer.from_pretrained(name_or_path)``; pad := eos if missing.
 
-    ``custom_chat_template`` (verl's ``actor_rollout_ref.model.custom_chat_template``) replaces the
-    tokenizer's own chat template when given.
+    ``correct_gemma2``: for a ``gemma-2-2b-it`` path, eos := ``<end_of_turn>`` (verl). ``custom_chat_template``
+    (verl's ``actor_rollout_ref.model.custom_chat_template``) replaces the tokenizer's own chat template.
     """
     from transformers import AutoTokenizer
 
+    if correct_gemma2 and isinstance(name_or_path, str) and _GEMMA2_NAME in name_or_path:
+        logger.warning("Found %s tokenizer: eos_token := %r", _GEMMA2_NAME, _GEMMA2_EOS["eos_token"])
+        kwargs.update(_GEMMA2_EOS)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
     if correct_pad_token:
         set_pad_token_id(tokenizer)

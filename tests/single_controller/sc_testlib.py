@@ -224,6 +224,41 @@ class NameRole(Worker):
         return DataProto.from_dict(tensors={"v": data.batch["x"] + 0.5})
 
 
+class AddRankRole(Worker):
+    """Fused-worker tests: ``a += rank`` on each data-parallel chunk."""
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def add(self, data: DataProto) -> DataProto:
+        data.batch["a"] += self.rank
+        return data
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class SubtractRole(Worker):
+    """Fused-worker tests: ``a -= config["b"]``; can see the roles fused with it."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__()
+        self.config = config
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def sub(self, data: DataProto) -> DataProto:
+        data.batch["a"] -= self.config["b"]
+        return data
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def pid(self) -> int:
+        return os.getpid()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sibling_pids(self) -> dict:
+        """Role name -> pid as seen through ``get_fused_worker_by_name`` (empty outside a fused worker)."""
+        return {name: self.get_fused_worker_by_name(name).pid() for name in sorted(self.fused_worker_dict)}
+
+
 class BrokenInitWorker(Worker):
     def __init__(self) -> None:
         super().__init__()

@@ -47,3 +47,23 @@ def test_init_worker_group_shutdown_leaves_no_processes():
     assert result["kwargs"]["dashboard_host"] == "127.0.0.1"
     assert len(result["pids"]) == 2 and result["children"] >= 4  # gcs, raylet, ... and the two workers
     assert result["alive"] == [], f"processes left after ray.shutdown(): {result['alive']}"
+
+
+def test_parallel_put_keeps_order_with_default_and_explicit_threads(ray_cluster):
+    from hybridrl.utils.ray_utils import parallel_put
+
+    data = [1, "hello", {"a": 2}, [3, 4]]
+    assert ray_cluster.get(parallel_put(data)) == data
+    many = list(range(40))  # more items than the default 16 threads
+    assert ray_cluster.get(parallel_put(many, max_workers=4)) == many
+    assert ray_cluster.get(parallel_put(many)) == many
+    with pytest.raises(AssertionError, match="must not be empty"):
+        parallel_put([])
+
+
+def test_ray_noset_visible_devices():
+    from hybridrl.utils.ray_utils import ray_noset_visible_devices
+
+    assert not ray_noset_visible_devices({})
+    assert not ray_noset_visible_devices({"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": ""})
+    assert ray_noset_visible_devices({"RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES": "1"})

@@ -42,7 +42,7 @@ from hybridrl.single_controller.base.dispatch_fns import (
     make_nd_compute_dataproto_dispatch_fn,
     unpad_output,
 )
-from hybridrl.single_controller.base.dynamic_enum import DynamicEnum
+from hybridrl.utils.py_functional import DynamicEnum
 
 __all__ = [
     "MAGIC_ATTR",

@@ -100,6 +100,10 @@ def _has_gpu() -> bool:
 class Worker:
     """One SPMD process of a worker group; reads its rank and rendezvous point from the environment."""
 
+    # Inside a fused worker (``create_colocated_worker_raw_cls``) every role's worker gets this attribute:
+    # role name -> that role's worker object in the same process.
+    fused_worker_attr_name = "fused_worker_dict"
+
     def __init__(self, cuda_visible_devices: str | None = None) -> None:
         self._rank = int(os.environ.get("RANK", "0"))
         self._world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -113,6 +117,7 @@ class Worker:
         # mesh name -> this worker's dp rank / whether its output is collected (mesh-aware dispatch)
         self._dispatch_dp_rank: dict[str, int] = {}
         self._collect_dp_rank: dict[str, bool] = {}
+        self.fused_worker_dict: dict[str, Worker] = {}
 
     # ------------------------------------------------------------------ identity
 
@@ -163,6 +168,26 @@ class Worker:
 
     def get_available_master_addr_port(self) -> tuple[str, str]:
         return _node_ip(), str(free_port())
+
+    # verl's spelling of the same method
+    get_availale_master_addr_port = get_available_master_addr_port
+
+    @classmethod
+    def env_keys(cls) -> list[str]:
+        """The environment variables a worker reads its place in the group from (verl)."""
+        return [
+            "WORLD_SIZE",
+            "RANK",
+            "LOCAL_WORLD_SIZE",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES",
+        ]
+
+    def get_fused_worker_by_name(self, worker_name: str) -> Worker | None:
+        """The worker of role ``worker_name`` fused into the same process (None outside a fused worker)."""
+        return self.fused_worker_dict.get(worker_name)
 
     # ------------------------------------------------------------------ mesh-aware dispatch
 

@@ -66,6 +66,8 @@ class ClassWithInitArgs:
         self.cls = cls
         self.args = args
         self.kwargs = kwargs
+        # True for a fused worker class (create_colocated_worker_cls_fused): groups route calls through it
+        self.fused_worker_used = False
 
     def __call__(self) -> Any:
         return self.cls(*self.args, **self.kwargs)
@@ -110,8 +112,12 @@ def registered_methods(user_defined_cls: type) -> dict[str, dict[str, Any]]:
 class WorkerGroup:
     """A group of SPMD workers driven as one object; subclasses supply the backend."""
 
+    # the fused worker's entry point: ``_fuw_execute("{role}_fwmn_{method}", *args, **kwargs)``
+    fused_worker_execute_fn_name = "_fuw_execute"
+
     def __init__(self, resource_pool: ResourcePool | None, **kwargs: Any) -> None:
         self._is_init_with_detached_workers = resource_pool is None
+        self.fused_worker_used = False
         self._procecss_dispatch_config = resource_pool() if resource_pool is not None else None
         self._workers: list[Any] = []
         self._worker_names: list[str] = []

@@ -10,24 +10,49 @@ Calls: every ``@register``-ed method of the worker class becomes a method of the
 ``dispatch → execute_all/execute_rank_zero (async) → wait (if blocking) → collect``. Waiting goes
 through ``get_from_workers``: a dead or raising worker fails the call at once with a
 ``WorkerGroupError`` naming group, method and rank.
+
+Colocation (several roles in one actor process): ``create_colocated_worker_cls`` (``colocate.py``,
+``{role}_{method}`` names, ``spawn`` rebinds them) and the fused form ``create_colocated_worker_cls_fused`` /
+``create_colocated_worker_raw_cls`` (``fused_worker.py``, ``spawn``/``fuse`` route through ``_fuw_execute``);
+both are importable from here, as in verl.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hybridrl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
+from hybridrl.single_controller.base.worker_group import WorkerGroup, func_generator
+from hybridrl.single_controller.ray.actor_class import RayClassWithInitArgs, actor_class_name, user_class
+from hybridrl.single_controller.ray.colocate import create_colocated_worker_cls
 from hybridrl.single_controller.ray.errors import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_READY_TIMEOUT_S,
     get_from_workers,
 )
+from hybridrl.single_controller.ray.fused_worker import (
+    FUSED_METHOD_SEPARATOR,
+    FusedWorkerCLSName,
+    create_colocated_worker_cls_fused,
+    create_colocated_worker_raw_cls,
+)
 from hybridrl.single_controller.ray.resource_pool import RayResourcePool, sort_placement_group_by_node_ip
+
+__all__ = [
+    "FusedWorkerCLSName",
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
+    "func_generator",
+    "get_random_string",
+    "sort_placement_group_by_node_ip",
+]
 
 # Environment the worker group owns; worker_env may add keys but never override these.
 RESERVED_ENV_VARS = (
@@ -56,64 +81,6 @@ def get_master_addr_port() -> tuple[str, str]:
         sock.bind(("", 0))
         port = sock.getsockname()[1]
     return ray.util.get_node_ip_address().strip("[]"), str(port)
-
-
-class RayClassWithInitArgs(ClassWithInitArgs):
-    """A ``ray.remote`` class plus its constructor arguments and actor options."""
-
-    def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(cls, *args, **kwargs)
-        self._options: dict[str, Any] = {}
-        self._additional_resource: dict[str, Any] = {}
-
-    def set_additional_resource(self, additional_resource: dict[str, Any]) -> None:
-        self._additional_resource = dict(additional_resource)
-
-    def update_options(self, options: dict[str, Any]) -> None:
-        self._options.update(options)
-
-    def num_cpus_per_actor(self) -> float:
-        """CPUs each actor asks of its bundle (Ray's default for actors is 1)."""
-        return float(self._options.get("num_cpus", self._additional_resource.get("num_cpus", 1)))
-
-    def __call__(  # type: ignore[override]  # verl's signature: placement arguments
-        self,
-        placement_group: Any,
-        placement_group_bundle_idx: int,
-        use_gpu: bool = True,
-        num_gpus: float = 1,
-        sharing_with: Any = None,
-        device_name: str = "cuda",
-    ) -> Any:
-        """Start one actor in bundle ``placement_group_bundle_idx`` (or beside ``sharing_with``)."""
-        if sharing_with is not None:
-            node_id = ray.get(sharing_with.get_node_id.remote())
-            visible = ray.get(sharing_with.get_cuda_visible_devices.remote())
-            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-            return self.cls.options(scheduling_strategy=strategy).remote(
-                *self.args, cuda_visible_devices=visible, **self.kwargs
-            )
-        options: dict[str, Any] = {
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx
-            )
-        }
-        options.update(self._options)
-        if use_gpu and device_name == "cuda":
-            options["num_gpus"] = num_gpus
-        elif use_gpu and device_name == "npu":
-            options["resources"] = {"NPU": num_gpus}
-        options.update(self._additional_resource)
-        return self.cls.options(**options).remote(*self.args, **self.kwargs)
-
-
-def _actor_class_name(remote_cls: Any) -> str:
-    """``ray.remote(Foo)`` → ``"Foo"``."""
-    actor_cls = getattr(remote_cls, "__ray_actor_class__", None)
-    if actor_cls is not None:
-        return actor_cls.__name__
-    match = re.search(r"ActorClass\(([^)]+)\)", type(remote_cls).__name__)
-    return match.group(1) if match else type(remote_cls).__name__
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -164,7 +131,11 @@ class RayWorkerGroup(WorkerGroup):
             self._init_with_resource_pool(resource_pool, bin_pack, detached, worker_env)
         else:
             raise ValueError("RayWorkerGroup needs a resource_pool, or worker_handles/worker_names to attach to")
-        self._bind_worker_method(_user_class(ray_cls_with_init.cls))
+        # a group over a fused worker class routes role calls through _fuw_execute (see spawn_fused)
+        self.fused_worker_used = getattr(ray_cls_with_init, "fused_worker_used", False)
+        self.sub_cls_name = ""  # the role a view of a fused group is bound to
+        self.wg_dict: dict[str, RayWorkerGroup] | None = None
+        self.method_names = self._bind_worker_method(user_class(ray_cls_with_init.cls))
 
     # ------------------------------------------------------------------ creation
 
@@ -219,7 +190,7 @@ class RayWorkerGroup(WorkerGroup):
     def _create_worker(
         self, pg: Any, pg_idx: int, local_rank: int, env: dict[str, str], pool: RayResourcePool, detached: bool
     ) -> None:
-        name = f"{self.name_prefix}{_actor_class_name(self.ray_cls_with_init.cls)}_{pg_idx}:{local_rank}"
+        name = f"{self.name_prefix}{actor_class_name(self.ray_cls_with_init.cls)}_{pg_idx}:{local_rank}"
         self.ray_cls_with_init.update_options({"runtime_env": {"env_vars": env}, "name": name})
         if detached:
             self.ray_cls_with_init.update_options({"lifetime": "detached"})
@@ -244,6 +215,19 @@ class RayWorkerGroup(WorkerGroup):
     def worker_names(self) -> list[str]:
         return self._worker_names
 
+    @property
+    def workers(self) -> list[Any]:
+        """The actor handles, in rank order."""
+        return self._workers
+
+    @property
+    def master_address(self) -> str | None:
+        return self._master_addr
+
+    @property
+    def master_port(self) -> str | None:
+        return self._master_port
+
     def _get(self, refs: list[Any], ranks: list[int], method_name: str, timeout_s: float | None) -> list[Any]:
         return get_from_workers(
             refs,
@@ -263,6 +247,9 @@ class RayWorkerGroup(WorkerGroup):
         return self._get([output], [0], method_name, self.call_timeout_s)[0]
 
     def _execute_remote_single_worker(self, worker: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.fused_worker_used and method_name not in self.method_names:
+            fused_name = f"{self.sub_cls_name}{FUSED_METHOD_SEPARATOR}{method_name}"
+            return getattr(worker, self.fused_worker_execute_fn_name).remote(fused_name, *args, **kwargs)
         return getattr(worker, method_name).remote(*args, **kwargs)
 
     def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
@@ -314,33 +301,53 @@ class RayWorkerGroup(WorkerGroup):
             **kwargs,
         )
 
+    def _view(self) -> RayWorkerGroup:
+        """A new group object over the same actors (no new processes)."""
+        view = self.from_detached(
+            name_prefix=self.name_prefix,
+            worker_names=self._worker_names,
+            worker_handles=self._workers,
+            ray_cls_with_init=self.ray_cls_with_init,
+            device_name=self.device_name,
+            ready_timeout_s=self.ready_timeout_s,
+            call_timeout_s=self.call_timeout_s,
+        )
+        view._master_addr, view._master_port = self._master_addr, self._master_port
+        return view
+
     def spawn(self, prefix_set: Any) -> dict[str, RayWorkerGroup]:
         """One view per role of a colocated group, with ``{role}_{method}`` rebound as ``{method}``."""
-        role_methods = getattr(_user_class(self.ray_cls_with_init.cls), "role_methods", {})
+        if self.fused_worker_used:
+            return self.spawn_fused(prefix_set)
+        role_methods = getattr(user_class(self.ray_cls_with_init.cls), "role_methods", {})
         views = {}
         for prefix in prefix_set:
-            view = self.from_detached(
-                name_prefix=self.name_prefix,
-                worker_names=self._worker_names,
-                worker_handles=self._workers,
-                ray_cls_with_init=self.ray_cls_with_init,
-                device_name=self.device_name,
-                ready_timeout_s=self.ready_timeout_s,
-                call_timeout_s=self.call_timeout_s,
-            )
-            view._master_addr, view._master_port = self._master_addr, self._master_port
+            view = self._view()
             names = role_methods.get(prefix) or [m[len(prefix) + 1 :] for m in dir(view) if m.startswith(prefix + "_")]
             for method_name in names:
                 setattr(view, method_name, getattr(view, f"{prefix}_{method_name}"))
             views[prefix] = view
         return views
 
+    def spawn_fused(self, prefix_set: Any) -> dict[str, RayWorkerGroup]:
+        """One view per role of a fused group: the role class's methods, called through ``_fuw_execute``."""
+        views = {}
+        for role in prefix_set:
+            view = self._view()
+            view.sub_cls_name = role
+            view.method_names = []  # every call of a role view goes to the role's worker
+            view._bind_worker_method(user_class(self.ray_cls_with_init.cls).raw_cls_dict[role])
+            views[role] = view
+        return views
+
+    def fuse(self, prefix_set: Any) -> None:
+        """Attach the role views as attributes: ``wg.actor.update(...)`` after ``wg.fuse({"actor", ...})``."""
+        if self.wg_dict is None:
+            self.wg_dict = self.spawn(prefix_set)
+        for role, view in self.wg_dict.items():
+            setattr(self, role, view)
+
     def kill(self) -> None:
         """Kill every actor of the group (the resource pool keeps its placement groups)."""
         for worker in self._workers:
             ray.kill(worker, no_restart=True)
-
-
-def _user_class(remote_cls: Any) -> type:
-    """The Python class behind ``ray.remote(cls)`` (or ``cls`` itself)."""
-    return getattr(remote_cls, "__ray_actor_class__", remote_cls)

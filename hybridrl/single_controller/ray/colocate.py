@@ -19,7 +19,7 @@ import ray
 from hybridrl.single_controller.base.decorator import MAGIC_ATTR, Dispatch
 from hybridrl.single_controller.base.worker import Worker
 from hybridrl.single_controller.base.worker_group import registered_methods
-from hybridrl.single_controller.ray.base import RayClassWithInitArgs, _user_class
+from hybridrl.single_controller.ray.actor_class import RayClassWithInitArgs, user_class
 
 
 def _forwarder(role: str, method_name: str, method: Callable) -> Callable:
@@ -52,7 +52,7 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs]) -> 
         ``RayClassWithInitArgs`` of the combined class; methods are exposed as ``{role}_{method}``,
         and ``WorkerDict.role_methods`` lists each role's methods (used by ``spawn``).
     """
-    classes = {role: _user_class(spec.cls) for role, spec in class_dict.items()}
+    classes = {role: user_class(spec.cls) for role, spec in class_dict.items()}
     init_args = {role: (spec.args, spec.kwargs) for role, spec in class_dict.items()}
     for role, cls in classes.items():
         if not issubclass(cls, Worker):

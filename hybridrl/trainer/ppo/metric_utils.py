@@ -57,14 +57,25 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     }
 
 
-def _lengths(batch: DataProto) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """Prompt and response lengths ``[B]`` (float) from ``attention_mask``, and P, R."""
+def _compute_response_info(batch: DataProto) -> dict[str, torch.Tensor]:
+    """Masks and lengths of prompts and responses, from ``attention_mask`` ``[B, P+R]`` and ``responses`` ``[B, R]``.
+
+    The step metrics call this through the module global (as verl does), so tests may patch
+    ``hybridrl.trainer.ppo.metric_utils._compute_response_info``.
+
+    Returns:
+        ``response_mask`` ``[B, R]`` (the response part of ``attention_mask``), ``prompt_length`` and
+        ``response_length`` ``[B]`` (float).
+    """
     tensors = _tensors(batch)
     max_response_length = tensors["responses"].shape[-1]
     attention_mask = tensors["attention_mask"]
-    prompt_mask = attention_mask[:, :-max_response_length]
     response_mask = attention_mask[:, -max_response_length:]
-    return prompt_mask.sum(-1).float(), response_mask.sum(-1).float(), prompt_mask.shape[-1], max_response_length
+    return {
+        "response_mask": response_mask,
+        "prompt_length": attention_mask[:, :-max_response_length].sum(-1).float(),
+        "response_length": response_mask.sum(-1).float(),
+    }
 
 
 def _length_metrics(prefix: str, lengths: torch.Tensor, max_length: int) -> dict[str, float]:
@@ -93,7 +104,10 @@ def compute_data_metrics(batch: DataProto, use_critic: bool = True) -> dict[str,
     """
     tensors = _tensors(batch)
     response_mask = tensors["response_mask"].bool()
-    prompt_length, response_length, max_prompt_length, max_response_length = _lengths(batch)
+    max_response_length = tensors["responses"].shape[-1]
+    max_prompt_length = tensors["attention_mask"].shape[-1] - max_response_length
+    response_info = _compute_response_info(batch)
+    prompt_length, response_length = response_info["prompt_length"], response_info["response_length"]
     metrics: dict[str, Any] = {
         **_stats("critic/score", tensors["token_level_scores"].sum(-1)),
         **_stats("critic/rewards", tensors["token_level_rewards"].sum(-1)),
@@ -120,9 +134,9 @@ def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> di
     ``gen`` is normalised by response tokens; ref, values, adv, update_critic and update_actor by
     prompt + response tokens (verl).
     """
-    prompt_length, response_length, _, _ = _lengths(batch)
-    num_response_tokens = response_length.sum().item()
-    num_all_tokens = prompt_length.sum().item() + num_response_tokens
+    response_info = _compute_response_info(batch)
+    num_response_tokens = response_info["response_length"].sum().item()
+    num_all_tokens = response_info["prompt_length"].sum().item() + num_response_tokens
     tokens_of_stage = {
         **dict.fromkeys(_RESPONSE_ONLY_TIMING, num_response_tokens),
         **dict.fromkeys(_ALL_TOKEN_TIMING, num_all_tokens),

@@ -45,6 +45,7 @@ from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
+from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from hybridrl.trainer.ppo import stages
@@ -58,6 +59,7 @@ from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StageError, StepSettings, timed
 from hybridrl.trainer.ppo.validation import Validator, decode_responses, dump_generations
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups, actor_role, create_worker_groups, critic_has_own_pool
+from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
 from hybridrl.utils.tracking import Tracking, ValidationGenerationsLogger
@@ -153,6 +155,8 @@ class RayPPOTrainer:
 
         data = self.config.data
         batch_size = data.gen_batch_size or data.train_batch_size
+        if train_sampler is None:  # verl 0.5: data.shuffle / data.sampler.* decide
+            train_sampler = create_rl_sampler(data, train_dataset)
         self.train_dataloader = StatefulDataLoader(
             dataset=train_dataset, batch_size=batch_size, num_workers=data.dataloader_num_workers, drop_last=True,
             collate_fn=collate_fn, sampler=train_sampler,
@@ -278,6 +282,8 @@ class RayPPOTrainer:
         step_key = TIMING_PREFIX + "step"  # a collector may carry time spent on generation batches before this one
         metrics[step_key] = metrics.get(step_key, 0.0) + time.perf_counter() - start
         timing_raw = {k[len(TIMING_PREFIX):]: v for k, v in metrics.items() if k.startswith(TIMING_PREFIX)}
+        if isinstance(self.train_dataloader.sampler, AbstractCurriculumSampler):  # experimental, as verl 0.5
+            self.train_dataloader.sampler.update(batch=batch)
         return {
             **metrics, "training/global_step": self.global_steps, "training/epoch": epoch,
             **self.update_stage.data_metrics(batch, workers),

@@ -188,19 +188,35 @@ def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
     when ``data.shuffle``, else ``SequentialSampler``."""
     sampler_cfg = data_config.get("sampler", None)
     if sampler_cfg is not None and sampler_cfg.get("class_path", None):
-        from hybridrl.utils.import_utils import load_extern_type
-
-        cls = load_extern_type(sampler_cfg["class_path"], sampler_cfg["class_name"], key="data.sampler.class_path")
-        if int(data_config.get("dataloader_num_workers", 0) or 0) != 0:
-            raise ValueError(
-                "a custom data.sampler needs data.dataloader_num_workers=0 (it is updated from the trainer)"
-            )
-        return cls(data_source=dataset, data_config=data_config)
+        return _custom_sampler(data_config, sampler_cfg, dataset)
     if data_config.get("shuffle", True):
         generator = torch.Generator()
         generator.manual_seed(int(data_config.get("seed", 1) or 1))
         return RandomSampler(data_source=dataset, generator=generator)
     return SequentialSampler(data_source=dataset)
+
+
+def _custom_sampler(data_config: Any, sampler_cfg: Any, dataset: Dataset) -> Sampler:
+    """``data.sampler.class_name`` from ``data.sampler.class_path``, built on ``dataset``.
+
+    The checks raise AssertionError, as verl's asserts do (kept under ``python -O``).
+    """
+    from hybridrl.experimental.dataset.sampler import AbstractSampler
+    from hybridrl.utils.import_utils import load_extern_type
+
+    cls = load_extern_type(sampler_cfg["class_path"], sampler_cfg["class_name"], key="data.sampler.class_path")
+    sampler = cls(data_source=dataset, data_config=data_config)
+    if not isinstance(sampler, AbstractSampler):
+        raise AssertionError(
+            f"data.sampler.class_name={sampler_cfg['class_name']!r} must subclass "
+            "hybridrl.experimental.dataset.sampler.AbstractSampler (or AbstractCurriculumSampler)"
+        )
+    if data_config.get("dataloader_num_workers") != 0:  # absent counts as the YAML's 8, as in verl
+        raise AssertionError(
+            "a custom data.sampler needs data.dataloader_num_workers=0: loader workers would prefetch "
+            "indices before the curriculum sampler can reorder them"
+        )
+    return sampler
 
 
 def get_dataset_class(data_config: Any) -> type:
@@ -218,7 +234,13 @@ def get_dataset_class(data_config: Any) -> type:
     return cls
 
 
-def create_rl_dataset(data_paths: Any, data_config: Any, tokenizer: Any, processor: Any = None) -> Dataset:
-    """Build the (custom or default) dataset class with verl's constructor signature."""
+def create_rl_dataset(
+    data_paths: Any, data_config: Any, tokenizer: Any, processor: Any = None, is_train: bool = True
+) -> Dataset:
+    """Build the (custom or default) dataset class with verl's constructor signature.
+
+    ``is_train`` is accepted for verl's signature; verl uses it to pick its experimental ``data.datagen``
+    dataset for training, which hybridrl does not have.
+    """
     cls = get_dataset_class(data_config)
     return cls(data_files=data_paths, tokenizer=tokenizer, processor=processor, config=data_config)

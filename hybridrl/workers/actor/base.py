@@ -9,13 +9,7 @@ import torch
 
 from hybridrl.protocol import DataProto
 
-__all__ = ["BasePPOActor", "append_to_dict"]
-
-
-def append_to_dict(metrics: dict[str, list[Any]], new: dict[str, Any]) -> None:
-    """Append each value of ``new`` to the list under the same key (verl's metrics are dicts of lists)."""
-    for key, value in new.items():
-        metrics.setdefault(key, []).append(value)
+__all__ = ["BasePPOActor"]
 
 
 class BasePPOActor(ABC):

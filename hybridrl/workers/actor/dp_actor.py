@@ -32,9 +32,10 @@ from torch import nn
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.device import get_device_name
+from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from hybridrl.utils.ulysses import sp_token_budget
-from hybridrl.workers.actor.base import BasePPOActor, append_to_dict
+from hybridrl.workers.actor.base import BasePPOActor
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 
 __all__ = ["DataParallelPPOActor"]

@@ -20,9 +20,9 @@ from torch import nn
 
 from hybridrl.protocol import DataProto
 from hybridrl.utils.device import get_device_name
+from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean
 from hybridrl.utils.ulysses import sp_token_budget
-from hybridrl.workers.actor.base import append_to_dict
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 from hybridrl.workers.critic.base import BasePPOCritic

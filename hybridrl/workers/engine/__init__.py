@@ -1,5 +1,6 @@
 """FSDP training engine: model build, FSDP2/FSDP1 wrap, precision, optimizer, offload, state dicts, checkpoints."""
 
+from hybridrl.utils.import_utils import import_external_libs
 from hybridrl.workers.engine.checkpoint import FSDPCheckpointManager
 from hybridrl.workers.engine.fsdp import (
     apply_fsdp,
@@ -9,7 +10,7 @@ from hybridrl.workers.engine.fsdp import (
     fsdp_version,
 )
 from hybridrl.workers.engine.lora import apply_lora, disable_adapter, lora_enabled
-from hybridrl.workers.engine.model_loader import build_tokenizer, import_external_libs, load_hf_config, load_hf_model
+from hybridrl.workers.engine.model_loader import build_tokenizer, load_hf_config, load_hf_model
 from hybridrl.workers.engine.offload import load_model, load_optimizer, offload_model, offload_optimizer
 from hybridrl.workers.engine.optim import (
     build_lr_scheduler,

@@ -11,7 +11,6 @@ hybridrl targets on CPU. Randomly initialised heads (the critic's ``score``) dif
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,25 +18,10 @@ import torch
 from torch import nn
 
 from hybridrl.utils.fs import copy_to_local
+from hybridrl.utils.model import update_model_config
 from hybridrl.utils.tokenizer import hf_tokenizer
 
 _MODEL_KINDS = ("causal_lm", "token_classification")
-
-
-def import_external_libs(external_lib: str | None) -> None:
-    """Import ``model.external_lib`` (a module that registers custom model classes), if given."""
-    if external_lib:
-        importlib.import_module(external_lib)
-
-
-def update_model_config(config: Any, override: Mapping[str, Any] | None) -> None:
-    """Apply ``model.override_config`` to an HF config in place; nested dicts update sub-configs."""
-    for key, value in (override or {}).items():
-        current = getattr(config, key, None)
-        if isinstance(value, Mapping) and current is not None and not isinstance(current, Mapping):
-            update_model_config(current, value)
-        else:
-            setattr(config, key, value)
 
 
 def load_hf_config(

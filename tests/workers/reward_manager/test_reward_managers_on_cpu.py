@@ -40,7 +40,7 @@ def batch(tokenizer):
 def test_registry():
     assert get_reward_manager_cls("naive") is NaiveRewardManager
     assert get_reward_manager_cls("dapo") is DAPORewardManager
-    with pytest.raises(ValueError, match="Unknown reward manager: 'nope'"):
+    with pytest.raises(ValueError, match="Unknown reward manager: nope "):
         get_reward_manager_cls("nope")
 
 

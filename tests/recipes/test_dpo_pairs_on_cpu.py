@@ -14,7 +14,7 @@ from hybridrl.recipes.online_dpo.pairs import (
     select_best_worst_pairs,
 )
 from hybridrl.recipes.spin.targets import build_target_rows, spin_pairs, target_texts, tokenize_targets
-from hybridrl.trainer.ppo.dpo_losses import split_pairs
+from hybridrl.algos.dpo_losses import split_pairs
 
 # ---------------------------------------------------------------------------- online DPO pairs
 

@@ -22,7 +22,7 @@ import torch
 
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.pairs import PAIR_WEIGHT_KEY
-from hybridrl.trainer.ppo.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
+from hybridrl.algos.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
 from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.actor.base import append_to_dict
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from hybridrl.algos.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.pairs import PAIR_WEIGHT_KEY
-from hybridrl.algos.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
 from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.actor.base import append_to_dict
 

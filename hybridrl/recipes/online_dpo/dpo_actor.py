@@ -77,6 +77,10 @@ def dpo_micro_rows(config: Any, sequence_length: int) -> int:
 class DataParallelDPOActor(DataParallelPPOActor):
     """:class:`DataParallelPPOActor` plus a DPO update over a pair batch (reference log-probs precomputed)."""
 
+    def _resolve_pg_loss(self) -> None:
+        """No PPO policy loss: this actor trains with :func:`compute_dpo_loss`."""
+        return None
+
     def _pair_forward(self, micro_batch: Any, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Sequence log-probs ``(policy [b], reference [b])`` of a micro-batch; the policy's carry grad."""
         _, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=False)

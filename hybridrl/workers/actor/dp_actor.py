@@ -132,10 +132,12 @@ class DataParallelPPOActor(BasePPOActor):
         )
         self._logprob_fn = maybe_compile(logprobs_from_logits, use_compile, self.device_name)
         self._activation_offload = bool(config.get("enable_activation_offload", False))
-        # the policy loss with its hyper-parameters bound, resolved once (a reference policy has none)
-        self._pg_loss: BoundPolicyLoss | None = None
-        if actor_optimizer is not None:
-            self._pg_loss = resolve_policy_loss(config.policy_loss.loss_mode, config, config.loss_agg_mode)
+        # resolved once; a reference policy (no optimizer) has no loss
+        self._pg_loss = self._resolve_pg_loss() if actor_optimizer is not None else None
+
+    def _resolve_pg_loss(self) -> BoundPolicyLoss | None:
+        """``pg_loss``: the loss of ``policy_loss.loss_mode`` with the actor's hyper-parameters bound."""
+        return resolve_policy_loss(self.config.policy_loss.loss_mode, self.config, self.config.loss_agg_mode)
 
     # ------------------------------------------------------------------ forward
 

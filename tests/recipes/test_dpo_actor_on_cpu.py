@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from hybridrl.algos.dpo_losses import sequence_log_prob, split_pairs
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.dpo_actor import DataParallelDPOActor, DPOHyperParams, dpo_micro_rows
 from hybridrl.recipes.online_dpo.pairs import PAIR_WEIGHT_KEY
-from hybridrl.trainer.ppo.dpo_losses import sequence_log_prob, split_pairs
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 PROMPT_LEN, RESPONSE_LEN = 4, 3

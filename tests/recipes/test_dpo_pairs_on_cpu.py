@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from hybridrl.algos.dpo_losses import split_pairs
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.pairs import (
     PAIR_WEIGHT_KEY,
@@ -14,7 +15,6 @@ from hybridrl.recipes.online_dpo.pairs import (
     select_best_worst_pairs,
 )
 from hybridrl.recipes.spin.targets import build_target_rows, spin_pairs, target_texts, tokenize_targets
-from hybridrl.trainer.ppo.dpo_losses import split_pairs
 
 # ---------------------------------------------------------------------------- online DPO pairs
 

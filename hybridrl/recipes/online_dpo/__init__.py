@@ -3,5 +3,5 @@
 ``python -m hybridrl.recipes.online_dpo.main_online_dpo key=value ...`` runs
 :class:`~hybridrl.recipes.online_dpo.dpo_trainer.RayOnlineDPOTrainer` on
 :class:`~hybridrl.recipes.online_dpo.dpo_worker.DPOActorRolloutRefWorker`; the loss family is
-:mod:`hybridrl.trainer.ppo.dpo_losses`; pair selection is :mod:`hybridrl.recipes.online_dpo.pairs` (pure).
+:mod:`hybridrl.algos.dpo_losses`; pair selection is :mod:`hybridrl.recipes.online_dpo.pairs` (pure).
 """

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from hybridrl.algos.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.pairs import PAIR_WEIGHT_KEY
-from hybridrl.trainer.ppo.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.workers.actor import DataParallelPPOActor
 
@@ -76,6 +76,10 @@ def dpo_micro_rows(config: Any, sequence_length: int) -> int:
 
 class DataParallelDPOActor(DataParallelPPOActor):
     """:class:`DataParallelPPOActor` plus a DPO update over a pair batch (reference log-probs precomputed)."""
+
+    def _resolve_pg_loss(self) -> None:
+        """No PPO policy loss: this actor trains with :func:`compute_dpo_loss`."""
+        return None
 
     def _pair_forward(self, micro_batch: Any, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Sequence log-probs ``(policy [b], reference [b])`` of a micro-batch; the policy's carry grad."""

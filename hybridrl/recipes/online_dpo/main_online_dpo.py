@@ -24,7 +24,7 @@ __all__ = ["check_dpo_config", "dpo_problems", "main"]
 
 def dpo_problems(config: DictConfig, min_responses: int) -> list[ConfigProblem]:
     """``algorithm.dpo.*``, ``rollout.n`` and the PPO-only switches DPO cannot honour."""
-    from hybridrl.trainer.ppo.dpo_losses import DPO_LOSS_REGISTRY
+    from hybridrl.algos.dpo_losses import DPO_LOSS_REGISTRY
 
     problems: list[ConfigProblem] = []
     dpo = config.algorithm.dpo

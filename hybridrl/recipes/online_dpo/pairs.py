@@ -1,6 +1,6 @@
 """Preference pairs for online DPO: pick (chosen, rejected) per prompt and lay them out for the workers.
 
-Layout contract of a *pair batch* (what ``update_actor_dpo`` and :func:`~hybridrl.trainer.ppo.dpo_losses.split_pairs`
+Layout contract of a *pair batch* (what ``update_actor_dpo`` and :func:`~hybridrl.algos.dpo_losses.split_pairs`
 expect): pair ``k`` occupies rows ``2k`` (chosen) and ``2k+1`` (rejected). ``Dispatch.DP_COMPUTE_PROTO`` hands
 each rank a contiguous, equal chunk, so a batch of ``P`` pairs with ``P % world_size == 0`` gives every rank
 whole pairs. :func:`pad_pairs` repeats pairs with weight 0 (``dpo_pair_weight``) to reach that multiple.

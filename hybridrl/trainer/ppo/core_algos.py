@@ -1,96 +1,66 @@
-"""Core PPO-family algorithms: advantage estimators, policy losses, KL, value and entropy losses.
+"""verl's ``core_algos``: the registries and verl's signatures, over the pure math of ``hybridrl.algos``.
 
-Pure tensor math (numerics of verl v0.5.0; estimators and losses added after v0.5.0 follow verl's
-latest code). The math lives in sibling modules, one vectorised implementation each:
-``advantage_estimators``, ``policy_losses``, ``loss_aggregation``, ``kl_control``. This module is
-verl's public surface: it re-exports the registries (module-level dicts keyed by verl's strings,
-defined in ``registry``), the ``AdvantageEstimator`` enum, the policy-loss entry points
-(``policy_loss_registry``), and defines the estimator entry points: thin adapters with verl's
-signatures that read hyper-parameters from a config and call the pure functions.
+Users and recipes import this module exactly as in verl 0.5: the ``AdvantageEstimator`` enum, the
+registries ``ADV_ESTIMATOR_REGISTRY`` / ``POLICY_LOSS_REGISTRY`` (module globals, looked up by
+``register_adv_est`` / ``get_adv_estimator_fn`` / ``register_policy_loss`` / ``get_policy_loss_fn`` at
+call time, so rebinding or clearing them here is seen as in verl), the estimator and policy-loss
+entry points with verl's signatures, ``agg_loss``, ``kl_penalty``, the KL controllers, value and
+entropy losses. Every entry point is a thin adapter: it reads its hyper-parameters from the config or
+arguments it is given and calls one pure function of ``hybridrl.algos``, where the math, the papers
+and the deviations from them are written down.
 
-Advantage estimators (``algorithm.adv_estimator``), paper → deviation from the paper:
-    gae             Schulman et al. 2015, arXiv 1506.02438 → masked tokens are skipped in the
-                    recursion; advantages whitened over the batch's valid tokens (returns are not).
-    grpo            Shao et al. 2024, arXiv 2402.03300 → outcome reward only; σ is torch.std
-                    (unbiased) plus ε = 1e-6; a lone response per prompt gets μ = 0, σ = 1.
-                    ``norm_adv_by_std_in_grpo=False`` is Dr.GRPO (Liu et al. 2025, arXiv 2503.20783).
-    grpo_passk      Chen et al. 2025, arXiv 2503.19595 → only the best response of each group gets
-                    r_max − r_2nd (÷ σ + ε when normalising); needs ≥ 2 responses per prompt.
-    rloo            Ahmadian et al. 2024, arXiv 2402.14740 → a lone response keeps its raw score.
-    reinforce_plus_plus           Hu 2025, arXiv 2501.03262 → returns whitened over the batch.
-    reinforce_plus_plus_baseline  Hu 2025 → group-mean baseline, then batch whitening.
-    remax           Li et al. 2023, arXiv 2310.10505 → baseline = reward of the greedy response.
-    opo             Hao et al. 2025, arXiv 2505.23585 → length-weighted group-mean baseline.
-    gpg             Chu et al. 2025, arXiv 2504.02546 → α = B / #nonzero scores, f_norm = 1
-                    (no std normalisation).
+Signatures (the user extension points, as verl 0.5):
+    estimator:   fn(token_level_rewards [B, T], response_mask [B, T], index [B], ..., config, **kwargs)
+                 -> (advantages [B, T], returns [B, T])
+    policy loss: fn(old_log_prob [B, T], log_prob [B, T], advantages [B, T], response_mask [B, T],
+                    loss_agg_mode: str, config) -> (pg_loss [], pg_clipfrac [], ppo_kl [], pg_clipfrac_lower [])
 
-Policy losses (``actor_rollout_ref.actor.policy_loss.loss_mode``):
-    vanilla     PPO (Schulman et al. 2017, arXiv 1707.06347) with asymmetric clip (DAPO, arXiv
-                2503.14476) and dual clip (Ye et al. 2019, arXiv 1912.09729); log ρ clamped to ±20.
-    gspo        Zheng et al. 2025, arXiv 2507.18071 → always seq-mean-token-mean; no dual clip.
-    gpg         Chu et al. 2025 → −A·log π, no ratio.
-    clip_cov    Cui et al. 2025, arXiv 2505.22617 → random subset of high-covariance tokens detached.
-    kl_cov      Cui et al. 2025 → top-k covariance tokens get a |log ρ| penalty; no clipping.
-    geo_mean    GMPO, Zhao et al. 2025, arXiv 2507.20673 → sequence-level advantage = masked mean of A;
-                plain mean over sequences (``loss_agg_mode`` ignored), as verl.
-    cispo       MiniMax-M1, arXiv 2506.13585 → clipped ratio as a stop-gradient weight on A·log π.
+``POLICY_LOSS_REGISTRY`` is the dict ``hybridrl.algos.policy_loss_modes`` holds, so the actor (which
+imports only ``hybridrl.algos``) sees the losses users register here; it calls the pure loss for the
+built-in modes and verl's 4-tuple adapter only for user-registered losses.
 
-Not ported (later verl only): the global-batch ``agg_loss`` arguments (dp_size, batch_num_tokens),
-``rollout_is_weights``, and the optimal-token-baseline / GDPO / SAPO / DPPO families.
+Not ported: ``compute_pf_ppo_reweight_data`` takes a ``DataProto`` and lives with the driver's
+batch helpers (``hybridrl.trainer.ppo.driver_helpers``).
 
 Notation (shapes): B = batch size, T = response length; token tensors ``[B, T]``, scores ``[B]``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import torch
 
-from hybridrl.trainer.ppo import advantage_estimators as adv
-from hybridrl.trainer.ppo.advantage_estimators import GroupIndex, compute_gae_advantage_return
-from hybridrl.trainer.ppo.dpo_losses import DPO_LOSS_REGISTRY, compute_dpo_loss, get_dpo_loss_fn
-from hybridrl.trainer.ppo.kl_control import (
-    AdaptiveKLController,
-    FixedKLController,
-    get_kl_controller,
-    kl_penalty,
-    kl_penalty_forward,
-)
-from hybridrl.trainer.ppo.loss_aggregation import LOSS_AGG_MODES, agg_loss
-from hybridrl.trainer.ppo.policy_loss_registry import (
-    compute_policy_loss,
-    compute_policy_loss_cispo,
-    compute_policy_loss_clip_cov,
-    compute_policy_loss_geo_mean,
-    compute_policy_loss_gpg,
-    compute_policy_loss_gspo,
-    compute_policy_loss_kl_cov,
-    compute_policy_loss_vanilla,
-)
-from hybridrl.trainer.ppo.registry import (
-    ADV_ESTIMATOR_REGISTRY,
+from hybridrl.algos import advantages as adv
+from hybridrl.algos.advantages import GroupIndex, compute_gae_advantage_return
+from hybridrl.algos.aggregation import LOSS_AGG_MODES, agg_loss
+from hybridrl.algos.dpo_losses import DPO_LOSS_REGISTRY, compute_dpo_loss, get_dpo_loss_fn
+from hybridrl.algos.kl import AdaptiveKLController, FixedKLController, kl_penalty, kl_penalty_forward
+from hybridrl.algos.params import config_value, policy_loss_params
+from hybridrl.algos.policy_loss_modes import (
     POLICY_LOSS_REGISTRY,
-    AdvantageEstimator,
-    config_value,
-    get_adv_estimator_fn,
-    get_policy_loss_fn,
-    register_adv_est,
-    register_policy_loss,
+    VerlLossTuple,
+    VerlPolicyLossFn,
+    as_verl_tuple,
+    bind_policy_loss,
+    mark_builtin_adapter,
 )
+from hybridrl.algos.policy_losses import ppo_clip_loss
+from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
-    "DPO_LOSS_REGISTRY",
-    "compute_dpo_loss",
-    "get_dpo_loss_fn",
     "ADV_ESTIMATOR_REGISTRY",
+    "DPO_LOSS_REGISTRY",
     "LOSS_AGG_MODES",
     "POLICY_LOSS_REGISTRY",
     "AdaptiveKLController",
     "AdvantageEstimator",
     "FixedKLController",
     "agg_loss",
+    "compute_dpo_loss",
     "compute_entropy_loss",
     "compute_gae_advantage_return",
     "compute_gpg_outcome_advantage",
@@ -112,6 +82,7 @@ __all__ = [
     "compute_rloo_outcome_advantage",
     "compute_value_loss",
     "get_adv_estimator_fn",
+    "get_dpo_loss_fn",
     "get_kl_controller",
     "get_policy_loss_fn",
     "kl_penalty",
@@ -120,8 +91,87 @@ __all__ = [
     "register_policy_loss",
 ]
 
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
 # ---------------------------------------------------------------------------
-# Advantage estimators: verl-signature adapters over advantage_estimators.py
+# Registries: module globals, read by the four functions below at call time
+# ---------------------------------------------------------------------------
+
+ADV_ESTIMATOR_REGISTRY: dict[str, AdvantageFn] = {}
+# POLICY_LOSS_REGISTRY (imported above) is hybridrl.algos.policy_loss_modes' dict, published here.
+
+
+class AdvantageEstimator(str, Enum):
+    """The built-in estimators; values are verl's ``algorithm.adv_estimator`` strings."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    OPO = "opo"
+    GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
+
+
+def _name_of(name_or_enum: str | Enum) -> str:
+    return str(name_or_enum.value) if isinstance(name_or_enum, Enum) else name_or_enum
+
+
+def register_adv_est(name_or_enum: str | Enum) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator registering an advantage estimator under a name (or an enum member's value).
+
+    Raises:
+        ValueError: if a different function is already registered under that name (the same one is fine).
+    """
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        name = _name_of(name_or_enum)
+        if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] is not fn:
+            raise ValueError(f"Adv estimator {name!r} is already registered: {ADV_ESTIMATOR_REGISTRY[name]} vs {fn}")
+        ADV_ESTIMATOR_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: str | Enum) -> AdvantageFn:
+    """Look up an estimator (case-sensitive). Raises ValueError with verl's wording, naming the valid ones."""
+    name = _name_of(name_or_enum)
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(
+            f"Unknown advantage estimator simply: {name}. Valid estimators: {sorted(ADV_ESTIMATOR_REGISTRY)}. "
+            "Set algorithm.adv_estimator to one of them, or register yours with @register_adv_est."
+        )
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def register_policy_loss(name: str) -> Callable[[VerlPolicyLossFn], VerlPolicyLossFn]:
+    """Decorator registering a verl-signature policy loss under ``name`` (``policy_loss.loss_mode``).
+
+    As in verl, a later registration under the same name replaces the earlier one.
+    """
+
+    def decorator(fn: VerlPolicyLossFn) -> VerlPolicyLossFn:
+        POLICY_LOSS_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> VerlPolicyLossFn:
+    """Look up a policy loss. Raises ValueError with verl's wording, naming the valid loss modes."""
+    if name not in POLICY_LOSS_REGISTRY:
+        raise ValueError(
+            f"Unsupported loss mode: {name}. Supported modes are: {sorted(POLICY_LOSS_REGISTRY)} "
+            "(actor_rollout_ref.actor.policy_loss.loss_mode)."
+        )
+    return POLICY_LOSS_REGISTRY[name]
+
+
+# ---------------------------------------------------------------------------
+# Advantage estimators (pure math: hybridrl.algos.advantages)
 # ---------------------------------------------------------------------------
 
 register_adv_est(AdvantageEstimator.GAE)(compute_gae_advantage_return)
@@ -137,11 +187,7 @@ def compute_grpo_outcome_advantage(
     config: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GRPO / Dr.GRPO; see ``advantage_estimators.grpo_outcome_advantage``. ``[B, T]`` → 2 × ``[B, T]``.
-
-    As in verl, the argument decides (``config`` is not read); the driver passes
-    ``algorithm.norm_adv_by_std_in_grpo`` explicitly.
-    """
+    """GRPO / Dr.GRPO (``advantages.grpo_outcome_advantage``). As verl, the argument decides, not ``config``."""
     return adv.grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo)
 
 
@@ -164,7 +210,7 @@ def compute_grpo_passk_outcome_advantage(
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: GroupIndex, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RLOO leave-one-out baseline. ``[B, T]`` → 2 × ``[B, T]``."""
+    """RLOO leave-one-out baseline (``advantages.rloo_outcome_advantage``)."""
     return adv.rloo_outcome_advantage(token_level_rewards, response_mask, index)
 
 
@@ -172,7 +218,7 @@ def compute_rloo_outcome_advantage(
 def compute_opo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: GroupIndex, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """OPO length-weighted baseline. ``[B, T]`` → 2 × ``[B, T]``."""
+    """OPO length-weighted baseline (``advantages.opo_outcome_advantage``)."""
     return adv.opo_outcome_advantage(token_level_rewards, response_mask, index)
 
 
@@ -184,7 +230,7 @@ def compute_gpg_outcome_advantage(
     f_norm: float = 1.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GPG rescaled group-centred score. ``[B, T]`` → 2 × ``[B, T]``."""
+    """GPG rescaled group-centred score (``advantages.gpg_outcome_advantage``)."""
     return adv.gpg_outcome_advantage(token_level_rewards, response_mask, index, f_norm)
 
 
@@ -192,7 +238,7 @@ def compute_gpg_outcome_advantage(
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: GroupIndex, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ with a group-mean baseline. ``[B, T]`` → 2 × ``[B, T]``."""
+    """REINFORCE++ with a group-mean baseline (``advantages.reinforce_plus_plus_baseline_advantage``)."""
     return adv.reinforce_plus_plus_baseline_advantage(token_level_rewards, response_mask, index)
 
 
@@ -200,7 +246,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ with γ = ``config.gamma`` (``algorithm.gamma``). ``[B, T]`` → 2 × ``[B, T]``."""
+    """REINFORCE++ with γ = ``config.gamma`` (``algorithm.gamma``)."""
     gamma = config_value(config, "gamma")
     if gamma is None:
         raise ValueError("reinforce_plus_plus reads algorithm.gamma: pass the algorithm config as `config`.")
@@ -216,7 +262,74 @@ def compute_remax_outcome_advantage(
 
 
 # ---------------------------------------------------------------------------
-# Value, entropy and legacy reward helpers
+# Policy losses (pure math: hybridrl.algos.policy_losses): verl-signature adapters
+# ---------------------------------------------------------------------------
+
+
+def _verl_signature_loss(loss_mode: str, summary: str, default_agg: str = "token-mean") -> VerlPolicyLossFn:
+    """The registered entry point of a built-in mode: verl's signature, verl 0.5's 4-tuple, the pure loss inside.
+
+    It reads the actor config (``clip_ratio*``, ``policy_loss.*``, ``loss_scale_factor``) on every call
+    and is marked built-in, so the actor binds the pure loss once instead of calling this.
+    """
+
+    def policy_loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str = default_agg,
+        config: Any = None,
+    ) -> VerlLossTuple:
+        loss_fn = bind_policy_loss(loss_mode, policy_loss_params(config, loss_agg_mode))
+        return as_verl_tuple(*loss_fn(old_log_prob, log_prob, advantages, response_mask))
+
+    policy_loss.__name__ = policy_loss.__qualname__ = f"compute_policy_loss_{loss_mode}"
+    policy_loss.__doc__ = f"{summary} Returns (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)."
+    return register_policy_loss(loss_mode)(mark_builtin_adapter(loss_mode)(policy_loss))
+
+
+compute_policy_loss_vanilla = _verl_signature_loss("vanilla", "PPO clip + dual clip (``policy_losses.ppo_clip_loss``).")
+compute_policy_loss_gspo = _verl_signature_loss(
+    "gspo", "GSPO (``policy_losses.gspo_loss``; always seq-mean-token-mean, as verl).", "seq-mean-token-mean"
+)
+compute_policy_loss_gpg = _verl_signature_loss("gpg", "GPG, −A·log π (``policy_losses.gpg_loss``); metrics are 0.")
+compute_policy_loss_clip_cov = _verl_signature_loss(
+    "clip_cov", "Clip-Cov (``policy_losses.clip_cov_loss``) with ``policy_loss.clip_cov_{ratio,lb,ub}``."
+)
+compute_policy_loss_kl_cov = _verl_signature_loss(
+    "kl_cov", "KL-Cov (``policy_losses.kl_cov_loss``) with ``policy_loss.kl_cov_ratio`` / ``ppo_kl_coef``."
+)
+compute_policy_loss_geo_mean = _verl_signature_loss(
+    "geo_mean", "GMPO geometric-mean ratio (``policy_losses.geo_mean_loss``; ``loss_agg_mode`` unused, as verl)."
+)
+compute_policy_loss_cispo = _verl_signature_loss(
+    "cispo", "CISPO, sg(clip ρ)·(−A·log π) (``policy_losses.cispo_loss``)."
+)
+
+
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange: float | None = None,
+    cliprange_low: float | None = None,
+    cliprange_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> VerlLossTuple:
+    """The v0.4 API of the vanilla loss (explicit clip ranges, each defaulting to ``cliprange``)."""
+    low = cliprange if cliprange_low is None else cliprange_low
+    high = cliprange if cliprange_high is None else cliprange_high
+    if low is None or high is None:
+        raise ValueError("compute_policy_loss needs cliprange (or cliprange_low and cliprange_high).")
+    tensors = (old_log_prob, log_prob, advantages, response_mask)
+    return as_verl_tuple(*ppo_clip_loss(*tensors, low, high, clip_ratio_c, loss_agg_mode))
+
+
+# ---------------------------------------------------------------------------
+# Value, entropy, legacy reward and KL-controller entry points
 # ---------------------------------------------------------------------------
 
 
@@ -229,24 +342,11 @@ def compute_value_loss(
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clipped value loss (PPO2 style).
-
-    V_clip = clip(V_pred, V_old − c, V_old + c);  L = ½ · agg(max((V_pred − R)², (V_clip − R)²))
-
-    Args:
-        vpreds: ``[B, T]`` new predictions. returns: ``[B, T]`` R. values: ``[B, T]`` V_old.
-        response_mask: ``[B, T]``. cliprange_value: c (``critic.cliprange_value``).
-
-    Returns:
-        vf_loss ``[]``; vf_clipfrac ``[]`` = mean_m[(V_clip − R)² > (V_pred − R)²].
-    """
-    vpreds_clipped = verl_F.clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
-    loss_unclipped = (vpreds - returns) ** 2
-    loss_clipped = (vpreds_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.max(loss_unclipped, loss_clipped), response_mask, loss_agg_mode, loss_scale_factor)
-    with torch.no_grad():
-        vf_clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
-    return vf_loss, vf_clipfrac
+    """Clipped value loss (``value_loss.clipped_value_loss``). Returns ``(vf_loss [], vf_clipfrac [])``."""
+    vf_loss, metrics = clipped_value_loss(
+        vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode, loss_scale_factor
+    )
+    return vf_loss, metrics["critic/vf_clipfrac"]
 
 
 def compute_entropy_loss(
@@ -261,3 +361,25 @@ def compute_rewards(
 ) -> torch.Tensor:
     """Legacy in-reward KL: r = score − kl_ratio · (log π_old − log π_ref), all ``[B, T]``."""
     return token_level_scores - (old_log_prob - ref_log_prob) * kl_ratio
+
+
+def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
+    """Build the controller described by ``algorithm.kl_ctrl`` (``type``, ``kl_coef``, ``target_kl``, ``horizon``).
+
+    Raises:
+        ValueError: adaptive with ``horizon <= 0``.
+        NotImplementedError: unknown ``type`` (as verl).
+    """
+    ctrl_type = config_value(kl_ctrl, "type")
+    if ctrl_type == "fixed":
+        return FixedKLController(kl_coef=config_value(kl_ctrl, "kl_coef"))
+    if ctrl_type == "adaptive":
+        horizon = config_value(kl_ctrl, "horizon")
+        if not horizon > 0:
+            raise ValueError(f"algorithm.kl_ctrl.horizon must be > 0 for an adaptive controller, got {horizon}.")
+        return AdaptiveKLController(
+            init_kl_coef=config_value(kl_ctrl, "kl_coef"),
+            target_kl=config_value(kl_ctrl, "target_kl"),
+            horizon=horizon,
+        )
+    raise NotImplementedError(f"algorithm.kl_ctrl.type must be 'fixed' or 'adaptive', got {ctrl_type!r}.")

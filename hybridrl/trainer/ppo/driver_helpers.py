@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator
-from hybridrl.trainer.ppo.kl_control import KLController
 from hybridrl.utils.torch_functional import masked_mean
 
 __all__ = ["apply_kl_penalty", "compute_advantage", "compute_pf_ppo_reweight_data", "compute_response_mask"]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
-from hybridrl.trainer.ppo.kl_control import KLController
+from hybridrl.algos.kl import KLController
 from hybridrl.trainer.ppo.metric_utils import compute_data_metrics
 from hybridrl.trainer.ppo.stages import StepSettings
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups

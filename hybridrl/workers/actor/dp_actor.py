@@ -10,6 +10,8 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
             clip_grad_and_step(grad_clip)
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
+    pg_loss     = the pure loss of ``policy_loss.loss_mode`` (``hybridrl.algos.policy_losses``), its
+                  hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``)
     scale       = 1 / (mini / micro)                  fixed micro-batches
                 = B_micro / ppo_mini_batch_size       use_dynamic_bsz (verl 0.5: the sample share)
 
@@ -29,6 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.algos.aggregation import agg_loss
+from hybridrl.algos.kl import kl_penalty
+from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, resolve_policy_loss
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.device import get_device_name
@@ -128,6 +133,12 @@ class DataParallelPPOActor(BasePPOActor):
         )
         self._logprob_fn = maybe_compile(logprobs_from_logits, use_compile, self.device_name)
         self._activation_offload = bool(config.get("enable_activation_offload", False))
+        # resolved once; a reference policy (no optimizer) has no loss
+        self._pg_loss = self._resolve_pg_loss() if actor_optimizer is not None else None
+
+    def _resolve_pg_loss(self) -> BoundPolicyLoss | None:
+        """``pg_loss``: the loss of ``policy_loss.loss_mode`` with the actor's hyper-parameters bound."""
+        return resolve_policy_loss(self.config.policy_loss.loss_mode, self.config, self.config.loss_agg_mode)
 
     # ------------------------------------------------------------------ forward
 
@@ -187,26 +198,17 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _policy_loss(self, micro_batch: Any, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
         """``policy_loss`` of one micro-batch (unscaled) and its metrics."""
-        from hybridrl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
-
+        assert self._pg_loss is not None, "a reference actor has no policy loss"
         config = self.config
         response_mask = micro_batch["response_mask"]
         loss_agg_mode = config.loss_agg_mode
         entropy_coeff = config.get("entropy_coeff", 0.0)
         # verl computes the entropy only when it enters the loss
         entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
-        loss_mode = config.get("policy_loss", {}).get("loss_mode", "vanilla")
         # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
         old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
-        pg_loss, metrics = _call_policy_loss(
-            get_policy_loss_fn(loss_mode),
-            old_log_prob,
-            log_prob,
-            micro_batch["advantages"],
-            response_mask,
-            loss_agg_mode,
-            config,
-        )
+        pg_loss, pg_metrics = self._pg_loss(old_log_prob, log_prob, micro_batch["advantages"], response_mask)
+        metrics = {key: float(value) for key, value in pg_metrics.items()}
         policy_loss = pg_loss
         if entropy is not None:
             entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
@@ -281,30 +283,3 @@ class DataParallelPPOActor(BasePPOActor):
         if self.config.get("use_dynamic_bsz", False):
             return micro_batch.batch_size[0] / mini_batch_size
         return 1.0 / (mini_batch_size // self.config.ppo_micro_batch_size_per_gpu)
-
-
-def _call_policy_loss(
-    loss_fn: Any,
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str,
-    config: Any,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Call a registry policy loss; accept both verl return styles.
-
-    verl 0.5 returns ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``; later verl returns
-    ``(pg_loss, metrics_dict)``. Both become ``(pg_loss, {actor/...: float})``.
-    """
-    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
-    if len(result) == 2 and isinstance(result[1], dict):
-        pg_loss, raw = result
-        metrics = {key: float(value.detach().item() if torch.is_tensor(value) else value) for key, value in raw.items()}
-        return pg_loss, metrics
-    pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = result
-    return pg_loss, {
-        "actor/pg_clipfrac": pg_clipfrac.detach().item(),
-        "actor/ppo_kl": ppo_kl.detach().item(),
-        "actor/pg_clipfrac_lower": pg_clipfrac_lower.detach().item(),
-    }

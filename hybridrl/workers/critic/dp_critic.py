@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.protocol import DataProto
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
@@ -88,11 +89,9 @@ class DataParallelPPOCritic(BasePPOCritic):
         return float(grad_norm)
 
     def _value_loss(self, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        from hybridrl.trainer.ppo.core_algos import compute_value_loss
-
         response_mask = micro_batch["response_mask"]
         vpreds = self._forward_micro_batch(micro_batch)
-        vf_loss, vf_clipfrac = compute_value_loss(
+        vf_loss, value_metrics = clipped_value_loss(
             vpreds=vpreds,
             returns=micro_batch["returns"],
             values=micro_batch["values"],
@@ -102,7 +101,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         )
         metrics = {
             "critic/vf_loss": vf_loss.detach().item(),
-            "critic/vf_clipfrac": vf_clipfrac.detach().item(),
+            "critic/vf_clipfrac": value_metrics["critic/vf_clipfrac"].item(),
             "critic/vpred_mean": masked_mean(vpreds, response_mask).detach().item(),
         }
         return vf_loss, metrics

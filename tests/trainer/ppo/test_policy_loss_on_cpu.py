@@ -8,7 +8,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from hybridrl.trainer.ppo import core_algos, policy_losses
+from hybridrl.algos import policy_losses
+from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import LOSS_AGG_MODES, agg_loss, get_policy_loss_fn
 
 ATOL = 1e-5

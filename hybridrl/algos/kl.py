@@ -14,13 +14,14 @@ Estimators (Schulman, "Approximating KL divergence", http://joschu.net/blog/kl-a
                      gradient of KL); added after v0.5.0, follows verl's latest code.
 
 Controllers (Ziegler et al. 2019, arXiv 1909.08593): the in-reward KL coefficient β is either fixed
-or adapted towards a target KL with a proportional controller.
+or adapted towards a target KL with a proportional controller. ``get_kl_controller`` (which reads
+``algorithm.kl_ctrl``) is in ``hybridrl.trainer.ppo.core_algos``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -29,7 +30,6 @@ __all__ = [
     "AdaptiveKLController",
     "FixedKLController",
     "KLController",
-    "get_kl_controller",
     "kl_penalty",
     "kl_penalty_forward",
 ]
@@ -170,29 +170,3 @@ class AdaptiveKLController:
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
         self.value = float(state["value"])
-
-
-def _config_get(config: Any, key: str) -> Any:
-    return config.get(key) if isinstance(config, Mapping) else getattr(config, key)
-
-
-def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
-    """Build the controller described by ``algorithm.kl_ctrl`` (``type``, ``kl_coef``, ``target_kl``, ``horizon``).
-
-    Raises:
-        ValueError: adaptive with ``horizon <= 0``.
-        NotImplementedError: unknown ``type`` (as verl).
-    """
-    ctrl_type = _config_get(kl_ctrl, "type")
-    if ctrl_type == "fixed":
-        return FixedKLController(kl_coef=_config_get(kl_ctrl, "kl_coef"))
-    if ctrl_type == "adaptive":
-        horizon = _config_get(kl_ctrl, "horizon")
-        if not horizon > 0:
-            raise ValueError(f"algorithm.kl_ctrl.horizon must be > 0 for an adaptive controller, got {horizon}.")
-        return AdaptiveKLController(
-            init_kl_coef=_config_get(kl_ctrl, "kl_coef"),
-            target_kl=_config_get(kl_ctrl, "target_kl"),
-            horizon=horizon,
-        )
-    raise NotImplementedError(f"algorithm.kl_ctrl.type must be 'fixed' or 'adaptive', got {ctrl_type!r}.")

@@ -1,9 +1,25 @@
 """Policy-gradient losses as pure functions with explicit hyper-parameters.
 
-Each returns ``(loss, metrics)``: ``loss`` is a differentiable scalar; ``metrics`` holds detached
+All share one signature, ``fn(old_log_prob, log_prob, advantages, response_mask, *, <hyper-parameters>)``,
+and return ``(loss, metrics)``: ``loss`` is a differentiable scalar; ``metrics`` holds detached
 scalars under verl's names (``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``).
-The verl-signature registry entries (``fn(old_log_prob, log_prob, advantages, response_mask,
-loss_agg_mode, config)``) are thin adapters in ``core_algos``; papers and deviations are listed there.
+Which function a ``policy_loss.loss_mode`` selects, and with which hyper-parameters, is
+``policy_loss_modes``; the verl-signature registry entries (``fn(old_log_prob, log_prob, advantages,
+response_mask, loss_agg_mode, config)``) are thin adapters in ``hybridrl.trainer.ppo.core_algos``.
+
+Papers → deviation from the paper:
+    ppo_clip_loss  PPO (Schulman et al. 2017, arXiv 1707.06347) with asymmetric clip (DAPO, arXiv
+                   2503.14476) and dual clip (Ye et al. 2019, arXiv 1912.09729); log ρ clamped to ±20.
+    gspo_loss      Zheng et al. 2025, arXiv 2507.18071 → always seq-mean-token-mean; no dual clip.
+    gpg_loss       Chu et al. 2025, arXiv 2504.02546 → −A·log π, no ratio.
+    clip_cov_loss  Cui et al. 2025, arXiv 2505.22617 → random subset of high-covariance tokens detached.
+    kl_cov_loss    Cui et al. 2025 → top-k covariance tokens get a |log ρ| penalty; no clipping.
+    geo_mean_loss  GMPO, Zhao et al. 2025, arXiv 2507.20673 → sequence-level advantage = masked mean
+                   of A; plain mean over sequences (``loss_agg_mode`` ignored), as verl.
+    cispo_loss     MiniMax-M1, arXiv 2506.13585 → clipped ratio as a stop-gradient weight on A·log π.
+
+Not ported (later verl only): the global-batch ``agg_loss`` arguments (dp_size, batch_num_tokens),
+``rollout_is_weights``, and the optimal-token-baseline / GDPO / SAPO / DPPO families.
 
 Notation:
     B: batch size, T: response length; all tensors below are ``[B, T]`` unless stated.
@@ -16,12 +32,13 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.trainer.ppo.loss_aggregation import agg_loss
+from hybridrl.algos.aggregation import agg_loss
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
     "GSPO_MAX_LOG_RATIO",
     "LOG_RATIO_CLAMP",
+    "Metrics",
     "cispo_loss",
     "clip_cov_loss",
     "geo_mean_loss",
@@ -129,6 +146,7 @@ def gspo_loss(
 
 
 def gpg_loss(
+    old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
@@ -136,6 +154,8 @@ def gpg_loss(
     loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GPG (Chu et al. 2025, arXiv 2504.02546): plain policy gradient, L = −A log π (no ratio, no clip).
+
+    ``old_log_prob`` is not used; it keeps the one signature every loss of this module shares.
 
     Returns:
         loss ``[]``; metrics all 0 (verl reports zeros).

@@ -4,8 +4,24 @@ Every function is tensors in, tensors out: no config objects, no Python loop ove
 statistics (GRPO, RLOO, OPO, GPG, REINFORCE++-baseline) are computed with ``index_add_`` /
 ``scatter_reduce_`` over dense group ids obtained from the ``uid`` labels. The recursive estimators
 (GAE, REINFORCE++) scan over the time axis only, vectorised over the batch. The verl-signature
-entry points that the registry exposes live in ``core_algos``; the papers and deviations are listed
-in its module docstring.
+entry points (which take ``config`` and ``**kwargs``) and the ``ADV_ESTIMATOR_REGISTRY`` live in
+``hybridrl.trainer.ppo.core_algos``.
+
+Papers → deviation from the paper:
+    GAE             Schulman et al. 2015, arXiv 1506.02438 → masked tokens are skipped in the
+                    recursion; advantages whitened over the batch's valid tokens (returns are not).
+    GRPO            Shao et al. 2024, arXiv 2402.03300 → outcome reward only; σ is torch.std
+                    (unbiased) plus ε = 1e-6; a lone response per prompt gets μ = 0, σ = 1.
+                    ``norm_adv_by_std_in_grpo=False`` is Dr.GRPO (Liu et al. 2025, arXiv 2503.20783).
+    GRPO pass@k     Chen et al. 2025, arXiv 2503.19595 → only the best response of each group gets
+                    r_max − r_2nd (÷ σ + ε when normalising); needs ≥ 2 responses per prompt.
+    RLOO            Ahmadian et al. 2024, arXiv 2402.14740 → a lone response keeps its raw score.
+    REINFORCE++     Hu 2025, arXiv 2501.03262 → returns whitened over the batch; the baseline
+                    variant subtracts the group mean first.
+    ReMax           Li et al. 2023, arXiv 2310.10505 → baseline = reward of the greedy response.
+    OPO             Hao et al. 2025, arXiv 2505.23585 → length-weighted group-mean baseline.
+    GPG             Chu et al. 2025, arXiv 2504.02546 → α = B / #nonzero scores, f_norm = 1
+                    (no std normalisation).
 
 Notation:
     B: batch size (responses), T: response length, G: number of groups (distinct uids).
@@ -27,6 +43,7 @@ from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
     "GROUP_STD_EPSILON",
+    "GroupIndex",
     "compute_gae_advantage_return",
     "gpg_outcome_advantage",
     "group_ids_from_index",

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hybridrl.trainer.ppo.dpo_losses import (
+from hybridrl.algos.dpo_losses import (
     DPO_LOSS_REGISTRY,
     compute_dpo_loss,
     get_dpo_loss_fn,

@@ -1,0 +1,156 @@
+"""``policy_loss.loss_mode`` → the loss the actor calls, bound to its hyper-parameters once.
+
+Two kinds of policy loss reach the actor, and both come out as one callable::
+
+    loss_fn(old_log_prob [B, T], log_prob [B, T], advantages [B, T], response_mask [B, T])
+        -> (loss [], metrics {"actor/pg_clipfrac": [], "actor/ppo_kl": [], "actor/pg_clipfrac_lower": []})
+
+* a built-in mode (``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``):
+  :func:`bind_policy_loss` returns the pure function of ``policy_losses`` with its hyper-parameters
+  bound (a ``functools.partial``);
+* a user loss registered with verl's ``core_algos.register_policy_loss`` (verl's signature
+  ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)`` returning verl 0.5's
+  4-tuple ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``): :func:`call_verl_style_loss` turns its
+  result into ``(loss, metrics)`` under the same metric names.
+
+``POLICY_LOSS_REGISTRY`` holds verl-signature functions by mode: it is the very dict that
+``hybridrl.trainer.ppo.core_algos`` publishes as its module global of the same name, so a loss a user
+registers there is seen here without this package importing the trainer. The built-in entries are
+core_algos' adapters, marked with :func:`mark_builtin_adapter`; :func:`resolve_policy_loss` calls
+the pure function for them and the user's function for anything else (including a user override of
+a built-in name). A registry rebound on ``core_algos`` (``core_algos.POLICY_LOSS_REGISTRY = {...}``)
+is seen by core_algos' getters, not by an actor built afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from hybridrl.algos.params import PolicyLossParams, policy_loss_params
+from hybridrl.algos.policy_losses import (
+    Metrics,
+    cispo_loss,
+    clip_cov_loss,
+    geo_mean_loss,
+    gpg_loss,
+    gspo_loss,
+    kl_cov_loss,
+    ppo_clip_loss,
+)
+
+__all__ = [
+    "BUILTIN_LOSS_MODES",
+    "POLICY_LOSS_REGISTRY",
+    "BoundPolicyLoss",
+    "VerlLossTuple",
+    "VerlPolicyLossFn",
+    "as_verl_tuple",
+    "bind_policy_loss",
+    "call_verl_style_loss",
+    "mark_builtin_adapter",
+    "resolve_policy_loss",
+]
+
+BoundPolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Metrics]]
+# fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+#   -> (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)      (verl v0.5.0's contract)
+VerlPolicyLossFn = Callable[..., Any]
+VerlLossTuple = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+POLICY_LOSS_REGISTRY: dict[str, VerlPolicyLossFn] = {}
+
+_CLIP = ("clip_ratio_low", "clip_ratio_high")
+_AGG = ("loss_agg_mode", "loss_scale_factor")
+# loss_mode → (pure loss, the PolicyLossParams fields it takes). geo_mean and gspo aggregate their own way.
+_MODES: dict[str, tuple[Callable[..., tuple[torch.Tensor, Metrics]], tuple[str, ...]]] = {
+    "vanilla": (ppo_clip_loss, (*_CLIP, "clip_ratio_c", *_AGG)),
+    "gspo": (gspo_loss, _CLIP),
+    "gpg": (gpg_loss, _AGG),
+    "clip_cov": (clip_cov_loss, (*_CLIP, "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", *_AGG)),
+    "kl_cov": (kl_cov_loss, ("kl_cov_ratio", "ppo_kl_coef", *_AGG)),
+    "geo_mean": (geo_mean_loss, _CLIP),
+    "cispo": (cispo_loss, (*_CLIP, *_AGG)),
+}
+BUILTIN_LOSS_MODES: tuple[str, ...] = tuple(_MODES)
+_BUILTIN_ATTRIBUTE = "builtin_loss_mode"
+
+
+def bind_policy_loss(loss_mode: str, params: PolicyLossParams) -> BoundPolicyLoss:
+    """The pure loss of a built-in ``loss_mode`` with ``params`` bound; None fields keep the function's default.
+
+    Raises:
+        ValueError: an unknown mode (names the valid ones), or a clipping loss without clip ratios.
+    """
+    if loss_mode not in _MODES:
+        raise ValueError(
+            f"Unsupported loss mode: {loss_mode}. Supported modes are: {sorted({*_MODES, *POLICY_LOSS_REGISTRY})} "
+            "(actor_rollout_ref.actor.policy_loss.loss_mode)."
+        )
+    loss_fn, fields = _MODES[loss_mode]
+    if _CLIP[0] in fields and (params.clip_ratio_low is None or params.clip_ratio_high is None):
+        raise ValueError(
+            f"policy loss {loss_mode!r} needs actor_rollout_ref.actor.clip_ratio "
+            "(or clip_ratio_low and clip_ratio_high); pass the actor config as `config`."
+        )
+    hyper = {field: getattr(params, field) for field in fields if getattr(params, field) is not None}
+    return functools.partial(loss_fn, **hyper)
+
+
+def as_verl_tuple(loss: torch.Tensor, metrics: Metrics) -> VerlLossTuple:
+    """``(loss, metrics)`` → verl 0.5's ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
+    return loss, metrics["actor/pg_clipfrac"], metrics["actor/ppo_kl"], metrics["actor/pg_clipfrac_lower"]
+
+
+def call_verl_style_loss(
+    loss_fn: VerlPolicyLossFn,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+) -> tuple[torch.Tensor, Metrics]:
+    """Call a verl-signature loss and return ``(loss, metrics)``.
+
+    verl 0.5 losses return ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``; later verl returns
+    ``(pg_loss, metrics_dict)``, whose keys are kept as they are. Metrics are detached.
+    """
+    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+    if len(result) == 2 and isinstance(result[1], dict):
+        loss, raw = result
+        return loss, {key: torch.as_tensor(value).detach() for key, value in raw.items()}
+    loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = result
+    return loss, {
+        "actor/pg_clipfrac": torch.as_tensor(pg_clipfrac).detach(),
+        "actor/ppo_kl": torch.as_tensor(ppo_kl).detach(),
+        "actor/pg_clipfrac_lower": torch.as_tensor(pg_clipfrac_lower).detach(),
+    }
+
+
+def mark_builtin_adapter(loss_mode: str) -> Callable[[_F], _F]:
+    """Mark a verl-signature adapter as the registry face of the built-in ``loss_mode`` (see the module docstring)."""
+
+    def mark(fn: _F) -> _F:
+        setattr(fn, _BUILTIN_ATTRIBUTE, loss_mode)
+        return fn
+
+    return mark
+
+
+def resolve_policy_loss(loss_mode: str, config: Any, loss_agg_mode: str) -> BoundPolicyLoss:
+    """The actor's policy loss, resolved once: the bound pure loss, or a user's verl-style loss.
+
+    Args:
+        loss_mode: ``policy_loss.loss_mode``.
+        config: the actor section; read here once for a built-in mode, handed to a user loss on every call.
+        loss_agg_mode: ``actor.loss_agg_mode``.
+    """
+    registered = POLICY_LOSS_REGISTRY.get(loss_mode)
+    if registered is None or getattr(registered, _BUILTIN_ATTRIBUTE, None) == loss_mode:
+        return bind_policy_loss(loss_mode, policy_loss_params(config, loss_agg_mode))
+    return functools.partial(call_verl_style_loss, registered, loss_agg_mode=loss_agg_mode, config=config)

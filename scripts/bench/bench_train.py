@@ -146,8 +146,9 @@ def build_engine(model_dir: str, dtype: str, grad_ckpt: bool) -> tuple[Any, Any,
     import torch
     from omegaconf import OmegaConf
 
+    from hybridrl.utils.distributed import init_worker_distributed
     from hybridrl.workers import engine
-    from hybridrl.workers.worker_common import ModelSpec, build_fsdp_module, init_worker_distributed
+    from hybridrl.workers.engine import ModelSpec, build_fsdp_module
 
     init_worker_distributed("cpu")
     fsdp_config = {"mixed_precision": _BF16_MIXED_PRECISION} if dtype == "bf16" else {}

@@ -6,10 +6,8 @@ plus the dynamic-sampling keys, then ``run_ppo(config, task_runner_class=DAPOTas
 
 from __future__ import annotations
 
-import sys
 import warnings
 
-import hydra
 from omegaconf import DictConfig
 
 from hybridrl.utils.config import (
@@ -18,7 +16,7 @@ from hybridrl.utils.config import (
     collect_problems,
     compute_batch_plan,
     format_batch_plan,
-    prepare_cli_argv,
+    hydra_entry,
 )
 
 # The YAML finds ppo_trainer through ``pkg://hybridrl.configs``, a namespace package Hydra calls "not available"
@@ -76,23 +74,8 @@ def run_dapo(config: DictConfig) -> dict:
     return run_ppo(config, task_runner_class=DAPOTaskRunner)
 
 
-@hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
-def _hydra_main(config: DictConfig) -> None:
-    try:
-        check_dapo_config(config)
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    run_dapo(config)
-
-
-def main() -> None:
-    try:  # the recipe YAML only changes values, so ppo_trainer's key set validates the overrides
-        sys.argv = [sys.argv[0], *prepare_cli_argv(sys.argv[1:], "ppo_trainer")]
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    _hydra_main()
+# the recipe YAML only changes values, so ppo_trainer's key set validates the overrides
+main = hydra_entry("dapo_trainer", run_dapo, check=check_dapo_config, config_path="config", override_keys="ppo_trainer")
 
 
 if __name__ == "__main__":

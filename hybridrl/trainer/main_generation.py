@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig
 
-from hybridrl.protocol import DataProto
+from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.utils.config import hydra_entry
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
@@ -82,7 +82,6 @@ def build_rollout_worker_group(config: DictConfig):
 
 def generate(config: DictConfig) -> pd.DataFrame:
     """Generate ``data.n_samples`` responses for every prompt of ``data.path``; returns the output frame."""
-    from hybridrl.protocol import pad_dataproto_to_divisor, unpad_dataproto
     from hybridrl.workers.engine import build_tokenizer
 
     if config.get("trainer", {}).get("device") == "cuda" and not torch.cuda.is_available():

@@ -10,6 +10,7 @@ import warnings
 
 from omegaconf import DictConfig
 
+from hybridrl.trainer.main_ppo import run_ppo
 from hybridrl.utils.config import (
     ConfigError,
     ConfigProblem,
@@ -69,7 +70,6 @@ def check_dapo_config(config: DictConfig) -> None:
 
 def run_dapo(config: DictConfig) -> dict:
     from hybridrl.recipes.dapo.dapo_ray_trainer import DAPOTaskRunner
-    from hybridrl.trainer.main_ppo import run_ppo
 
     return run_ppo(config, task_runner_class=DAPOTaskRunner)
 

@@ -11,6 +11,7 @@ import warnings
 
 from omegaconf import DictConfig
 
+from hybridrl.trainer.main_ppo import run_ppo
 from hybridrl.utils.config import (
     ConfigError,
     ConfigProblem,
@@ -87,7 +88,6 @@ def check_dpo_config(config: DictConfig, min_responses: int = 2) -> None:
 
 def run_online_dpo(config: DictConfig) -> dict:
     from hybridrl.recipes.online_dpo.dpo_trainer import OnlineDPOTaskRunner
-    from hybridrl.trainer.main_ppo import run_ppo
 
     return run_ppo(config, task_runner_class=OnlineDPOTaskRunner)
 

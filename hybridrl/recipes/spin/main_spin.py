@@ -10,6 +10,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from hybridrl.recipes.online_dpo.main_online_dpo import check_dpo_config
+from hybridrl.trainer.main_ppo import run_ppo
 from hybridrl.utils.config import hydra_entry
 
 __all__ = ["main"]
@@ -17,7 +18,6 @@ __all__ = ["main"]
 
 def run_spin(config: DictConfig) -> dict:
     from hybridrl.recipes.spin.spin_trainer import SPINTaskRunner
-    from hybridrl.trainer.main_ppo import run_ppo
 
     return run_ppo(config, task_runner_class=SPINTaskRunner)
 

@@ -17,13 +17,11 @@ start GRPO/PPO from it with ``actor_rollout_ref.model.path=<that folder>``.
 from __future__ import annotations
 
 import os
-import sys
 
-import hydra
 from omegaconf import DictConfig
 
 from hybridrl.trainer.sft.config import validate_sft_config
-from hybridrl.utils.config import ConfigError, config_dir, prepare_cli_argv
+from hybridrl.utils.config import hydra_entry
 
 
 def run_sft(config: DictConfig) -> dict[str, float]:
@@ -63,14 +61,7 @@ def run_sft(config: DictConfig) -> dict[str, float]:
         clean_exit_process_group(barrier=finished)
 
 
-@hydra.main(config_path=str(config_dir()), config_name="sft_trainer", version_base=None)
-def _hydra_main(config: DictConfig) -> None:
-    try:
-        validate_sft_config(config)
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    run_sft(config)
+_command_line = hydra_entry("sft_trainer", run_sft, check=validate_sft_config, override_keys="sft_trainer")
 
 
 def main() -> None:
@@ -78,13 +69,8 @@ def main() -> None:
     from hybridrl.trainer.sft.teardown import exit_now
 
     try:
-        sys.argv = [sys.argv[0], *prepare_cli_argv(sys.argv[1:], "sft_trainer")]
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    try:
-        _hydra_main()
-    except SystemExit as stop:  # Hydra reports an exception from the run as SystemExit(1)
+        _command_line()
+    except SystemExit as stop:  # a ConfigError, or an exception Hydra reports from the run: SystemExit(1)
         exit_now(stop.code if isinstance(stop.code, int) else 1)
     except BaseException:
         import traceback

@@ -13,12 +13,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import hydra
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
-from hybridrl.utils.config.paths import config_dir
+from hybridrl.utils.config import hydra_entry
 
 _ROWS_PER_TASK = 64  # rows scored per Ray task: amortises task overhead for cheap rule-based scorers
 
@@ -77,10 +76,15 @@ def evaluate(config: DictConfig) -> dict[str, float]:
     return {f"test_score/{source}": float(np.mean(scores)) for source, scores in per_source.items()}
 
 
-@hydra.main(config_path=str(config_dir()), config_name="evaluation", version_base=None)
-def main(config: DictConfig) -> None:
+def run_eval(config: DictConfig) -> dict[str, float]:
+    """Evaluate and print the metrics."""
     metrics = evaluate(config)
     print(metrics, flush=True)
+    return metrics
+
+
+# unknown keys are reported by Hydra (struct mode)
+main = hydra_entry("evaluation", run_eval)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import hydra
 import numpy as np
 import pandas as pd
 import torch
 from omegaconf import DictConfig
 
-from hybridrl.protocol import DataProto
-from hybridrl.utils.config.paths import config_dir
+from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from hybridrl.utils.config import hydra_entry
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 
@@ -83,7 +82,6 @@ def build_rollout_worker_group(config: DictConfig):
 
 def generate(config: DictConfig) -> pd.DataFrame:
     """Generate ``data.n_samples`` responses for every prompt of ``data.path``; returns the output frame."""
-    from hybridrl.protocol import pad_dataproto_to_divisor, unpad_dataproto
     from hybridrl.workers.engine import build_tokenizer
 
     if config.get("trainer", {}).get("device") == "cuda" and not torch.cuda.is_available():
@@ -121,9 +119,8 @@ def run_generation(config: DictConfig) -> str:
     return output_path
 
 
-@hydra.main(config_path=str(config_dir()), config_name="generation", version_base=None)
-def main(config: DictConfig) -> None:
-    run_generation(config)
+# unknown keys are reported by Hydra (struct mode)
+main = hydra_entry("generation", run_generation)
 
 
 if __name__ == "__main__":

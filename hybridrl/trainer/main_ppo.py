@@ -7,26 +7,17 @@
 
 ``--cfg job`` prints the composed tree and stops (Hydra's flag); nothing heavy is imported before
 ``run_ppo``. verl's ``create_rl_dataset``, ``create_rl_sampler`` (the ``data.sampler.*`` hook) and
-``TaskRunner`` are importable from here.
+``TaskRunner`` are importable from here. The command line itself is ``hybridrl.utils.config.hydra_entry``,
+shared by every entry point.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from hybridrl.utils.config import (
-    BatchPlan,
-    ConfigError,
-    compute_batch_plan,
-    config_dir,
-    format_batch_plan,
-    prepare_cli_argv,
-    validate_config,
-)
+from hybridrl.utils.config import BatchPlan, compute_batch_plan, format_batch_plan, hydra_entry, validate_config
 
 
 def check_config(config: DictConfig) -> BatchPlan:
@@ -44,28 +35,8 @@ def run_ppo(config: DictConfig, task_runner_class: type | None = None) -> dict:
     return _run_ppo(config, task_runner_class=task_runner_class)
 
 
-@hydra.main(config_path=str(config_dir()), config_name="ppo_trainer", version_base=None)
-def _hydra_main(config: DictConfig) -> None:
-    try:
-        check_config(config)
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    run_ppo(config)
-
-
-def main(config: DictConfig | None = None) -> None:
-    """Run from the command line (``config=None``) or with an already composed config."""
-    if config is not None:
-        check_config(config)
-        run_ppo(config)
-        return
-    try:
-        sys.argv = [sys.argv[0], *prepare_cli_argv(sys.argv[1:], "ppo_trainer")]
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    _hydra_main()
+# main(config=None): the command line, or check + run an already composed config
+main = hydra_entry("ppo_trainer", run_ppo, check=check_config, override_keys="ppo_trainer")
 
 
 # verl 0.5 users import these from main_ppo; they are loaded on first access so that the command line

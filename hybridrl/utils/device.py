@@ -3,7 +3,7 @@
 The trainer's ``trainer.device`` reaches the worker processes through the environment variable
 ``HYBRIDRL_DEVICE`` (``cpu`` | ``cuda``); without it, ``cuda`` is used when a GPU is visible.
 Every other module asks here instead of calling ``torch.cuda`` directly, so the same code runs on
-a CPU box and on a GPU cluster.
+a CPU box and on a GPU cluster; that includes the workers' memory metrics (``memory_metrics``).
 """
 
 from __future__ import annotations
@@ -86,3 +86,22 @@ def get_visible_devices_keyword() -> str:
 def get_nccl_backend() -> str:
     """verl's name for :func:`get_dist_backend` of this process's device (``nccl`` or ``gloo``)."""
     return get_dist_backend()
+
+
+_GIB = 1024**3
+
+
+def memory_metrics() -> dict[str, float]:
+    """verl's ``perf/max_memory_allocated_gb``, ``perf/max_memory_reserved_gb`` (0 on CPU) and ``perf/cpu_memory_used_gb``."""
+    import psutil
+
+    allocated = reserved = 0.0
+    if get_device_name() == "cuda":
+        device = get_torch_device()
+        allocated = device.max_memory_allocated() / _GIB
+        reserved = device.max_memory_reserved() / _GIB
+    return {
+        "perf/max_memory_allocated_gb": allocated,
+        "perf/max_memory_reserved_gb": reserved,
+        "perf/cpu_memory_used_gb": psutil.virtual_memory().used / _GIB,
+    }

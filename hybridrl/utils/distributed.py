@@ -4,6 +4,8 @@ The worker group puts ``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR`` and ``MASTER_POR
 worker's environment; a worker calls ``init_distributed(self.device_name)`` (usually in
 ``init_model``) to form the group. Backends follow verl: ``gloo`` on CPU; on CUDA
 ``cpu:gloo,cuda:nccl`` so that CPU tensors (e.g. object gathers) work beside NCCL collectives.
+The FSDP workers call ``init_worker_distributed``, which also gives a lone process (a notebook, a unit
+test) a 1-rank group.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from hybridrl.utils.device import get_device_name
+from hybridrl.utils.ports import free_port
 
 _REQUIRED_ENV = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
 # verl's default actor_rollout_ref.nccl_timeout (seconds)
@@ -61,6 +64,19 @@ def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, 
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
     )
+
+
+def init_worker_distributed(device_name: str) -> int:
+    """Join the worker group's process group (env ``WORLD_SIZE/RANK/MASTER_ADDR/MASTER_PORT``); return the world size.
+
+    verl initialises torch.distributed in the worker constructor; a single process without the
+    rendezvous variables (a notebook, a unit test) gets a 1-rank group on a free local port.
+    """
+    if not dist.is_initialized():
+        if "MASTER_PORT" not in os.environ and os.environ.get("WORLD_SIZE", "1") == "1":
+            os.environ.update(WORLD_SIZE="1", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        init_distributed(device_name)
+    return dist.get_world_size()
 
 
 def destroy_distributed() -> None:

@@ -20,18 +20,14 @@ from omegaconf import open_dict
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
-from hybridrl.utils.device import current_device, get_device_name
+from hybridrl.utils.device import current_device, get_device_name, memory_metrics
+from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes, resolved_copy
-from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager
-from hybridrl.workers.worker_common import (
-    ModelSpec,
-    build_fsdp_module,
-    init_worker_distributed,
-    memory_metrics,
-    on_device,
-)
+from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
+from hybridrl.workers.sharding_manager import build_rollout_handle
+from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, build_sp_group
 
 __all__ = ["ActorRolloutRefWorker"]
 
@@ -99,8 +95,6 @@ class ActorRolloutRefWorker(Worker):
             raise ValueError(
                 "ulysses_sequence_parallel_size > 1 needs actor_rollout_ref.model.use_remove_padding=True (as in verl)."
             )
-        from hybridrl.workers.sharding_manager.fsdp_ulysses import build_sp_group
-
         return build_sp_group(sp_size)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -116,8 +110,6 @@ class ActorRolloutRefWorker(Worker):
         if self._is_actor or self._is_rollout:
             self._build_actor(use_remove_padding)
         if self._is_rollout:
-            from hybridrl.workers.rollout import build_rollout_handle
-
             self.rollout = build_rollout_handle(
                 self.config.rollout,
                 model_config,
@@ -267,9 +259,7 @@ class ActorRolloutRefWorker(Worker):
 
     def _checkpoint(self) -> Any:
         if self._checkpoint_manager is None:
-            from hybridrl.workers.engine import FSDPCheckpointManager
-
-            self._checkpoint_manager = FSDPCheckpointManager(
+            self._checkpoint_manager = engine.FSDPCheckpointManager(
                 model=self.actor_module,
                 optimizer=self.actor_optimizer,
                 lr_scheduler=self.actor_lr_scheduler,

@@ -13,19 +13,14 @@ from omegaconf import open_dict
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
-from hybridrl.utils.device import current_device, get_device_name
+from hybridrl.utils.device import current_device, get_device_name, memory_metrics
+from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
 from hybridrl.workers.config_utils import normalize_critic_batch_sizes, resolved_copy
 from hybridrl.workers.critic import DataParallelPPOCritic
+from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
-from hybridrl.workers.worker_common import (
-    ModelSpec,
-    build_fsdp_module,
-    init_worker_distributed,
-    memory_metrics,
-    on_device,
-)
 
 __all__ = ["CriticWorker"]
 
@@ -117,9 +112,7 @@ class CriticWorker(Worker):
 
     def _checkpoint(self) -> Any:
         if self._checkpoint_manager is None:
-            from hybridrl.workers.engine import FSDPCheckpointManager
-
-            self._checkpoint_manager = FSDPCheckpointManager(
+            self._checkpoint_manager = engine.FSDPCheckpointManager(
                 model=self.critic_module,
                 optimizer=self.critic_optimizer,
                 lr_scheduler=self.critic_lr_scheduler,

@@ -20,6 +20,7 @@ from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
 from hybridrl.utils.device import current_device, get_device_name
+from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.utils.padding import pack_sequences
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, postprocess_data
 from hybridrl.utils.ulysses import sp_token_budget
@@ -27,8 +28,8 @@ from hybridrl.workers import engine
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_packed_all_positions, restore_order, split_micro_batches
 from hybridrl.workers.config_utils import normalize_reward_model_batch_sizes, resolved_copy
+from hybridrl.workers.engine import ModelSpec, build_fsdp_module
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
-from hybridrl.workers.worker_common import ModelSpec, build_fsdp_module, init_worker_distributed
 
 __all__ = ["RewardModelWorker", "expand_to_token_level", "last_token_index"]
 

@@ -76,7 +76,7 @@ def summarize(records: list[dict]) -> list[dict]:
 
 def bench_engine(engine: str, model_dir: str, dtype: str, args, tokenizer, stop_ids: list[int] | None) -> list[dict]:
     from hybridrl.workers.engine import load_hf_config
-    from hybridrl.workers.rollout import build_rollout_handle
+    from hybridrl.workers.sharding_manager import build_rollout_handle
 
     cfg = OmegaConf.create(
         {

@@ -146,14 +146,14 @@ def build_engine(model_dir: str, dtype: str, grad_ckpt: bool) -> tuple[Any, Any,
     import torch
     from omegaconf import OmegaConf
 
+    from hybridrl.utils.distributed import init_worker_distributed
     from hybridrl.workers import engine
-    from hybridrl.workers.worker_common import ModelSpec, build_fsdp_module, init_worker_distributed
 
     init_worker_distributed("cpu")
     fsdp_config = {"mixed_precision": _BF16_MIXED_PRECISION} if dtype == "bf16" else {}
     model_config = OmegaConf.create({"path": model_dir, "enable_gradient_checkpointing": grad_ckpt})
-    spec = ModelSpec(model_config, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
-    module, _ = build_fsdp_module(spec, "cpu")
+    spec = engine.ModelSpec(model_config, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
+    module, _ = engine.build_fsdp_module(spec, "cpu")
     optimizer = engine.build_optimizer(module, OmegaConf.create({"lr": 1e-6}))
     counts = {
         "params": sum(p.numel() for p in module.parameters()),

@@ -115,7 +115,7 @@ def _worker_checks(rank: int, model_dir: str) -> dict:
 
 
 def _sp_config(model_dir: str, *extra: str):
-    from hybridrl.utils.config.loading import compose_config
+    from hybridrl.utils.config import compose_config
 
     return compose_config(
         "ppo_trainer",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from hybridrl.single_controller.base.worker import free_port
+from hybridrl.utils.ports import free_port
 
 
 @pytest.fixture(scope="module")

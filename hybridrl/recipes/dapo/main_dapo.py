@@ -6,19 +6,18 @@ plus the dynamic-sampling keys, then ``run_ppo(config, task_runner_class=DAPOTas
 
 from __future__ import annotations
 
-import sys
 import warnings
 
-import hydra
 from omegaconf import DictConfig
 
+from hybridrl.trainer.main_ppo import run_ppo
 from hybridrl.utils.config import (
     ConfigError,
     ConfigProblem,
     collect_problems,
     compute_batch_plan,
     format_batch_plan,
-    prepare_cli_argv,
+    hydra_entry,
 )
 
 # The YAML finds ppo_trainer through ``pkg://hybridrl.configs``, a namespace package Hydra calls "not available"
@@ -71,28 +70,12 @@ def check_dapo_config(config: DictConfig) -> None:
 
 def run_dapo(config: DictConfig) -> dict:
     from hybridrl.recipes.dapo.dapo_ray_trainer import DAPOTaskRunner
-    from hybridrl.trainer.main_ppo import run_ppo
 
     return run_ppo(config, task_runner_class=DAPOTaskRunner)
 
 
-@hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)
-def _hydra_main(config: DictConfig) -> None:
-    try:
-        check_dapo_config(config)
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    run_dapo(config)
-
-
-def main() -> None:
-    try:  # the recipe YAML only changes values, so ppo_trainer's key set validates the overrides
-        sys.argv = [sys.argv[0], *prepare_cli_argv(sys.argv[1:], "ppo_trainer")]
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    _hydra_main()
+# the recipe YAML only changes values, so ppo_trainer's key set validates the overrides
+main = hydra_entry("dapo_trainer", run_dapo, check=check_dapo_config, config_path="config", override_keys="ppo_trainer")
 
 
 if __name__ == "__main__":

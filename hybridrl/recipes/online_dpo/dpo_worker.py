@@ -16,9 +16,8 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.dpo_actor import DataParallelDPOActor
 from hybridrl.single_controller.base.decorator import Dispatch, register
-from hybridrl.utils.device import current_device
+from hybridrl.utils.device import current_device, memory_metrics
 from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
-from hybridrl.workers.worker_common import memory_metrics
 
 __all__ = ["DPOActorRolloutRefWorker"]
 

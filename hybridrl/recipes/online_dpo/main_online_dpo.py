@@ -7,13 +7,19 @@ Composes ``config/online_dpo_trainer.yaml`` (``ppo_trainer`` + ``algorithm.dpo.*
 
 from __future__ import annotations
 
-import sys
 import warnings
 
-import hydra
 from omegaconf import DictConfig
 
-from hybridrl.utils.config import ConfigError, ConfigProblem, collect_problems, compute_batch_plan, format_batch_plan
+from hybridrl.trainer.main_ppo import run_ppo
+from hybridrl.utils.config import (
+    ConfigError,
+    ConfigProblem,
+    collect_problems,
+    compute_batch_plan,
+    format_batch_plan,
+    hydra_entry,
+)
 
 # The YAML finds ppo_trainer through ``pkg://hybridrl.configs``, a namespace package Hydra calls "not available"
 # even though it loads from it.
@@ -82,19 +88,11 @@ def check_dpo_config(config: DictConfig, min_responses: int = 2) -> None:
 
 def run_online_dpo(config: DictConfig) -> dict:
     from hybridrl.recipes.online_dpo.dpo_trainer import OnlineDPOTaskRunner
-    from hybridrl.trainer.main_ppo import run_ppo
 
     return run_ppo(config, task_runner_class=OnlineDPOTaskRunner)
 
 
-@hydra.main(config_path="config", config_name="online_dpo_trainer", version_base=None)
-def main(config: DictConfig) -> None:
-    try:
-        check_dpo_config(config, min_responses=2)
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    run_online_dpo(config)
+main = hydra_entry("online_dpo_trainer", run_online_dpo, check=check_dpo_config, config_path="config")
 
 
 if __name__ == "__main__":

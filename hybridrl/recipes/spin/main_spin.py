@@ -7,32 +7,27 @@ it like the online-DPO recipe (one response per prompt suffices), then
 
 from __future__ import annotations
 
-import sys
-
-import hydra
 from omegaconf import DictConfig
 
 from hybridrl.recipes.online_dpo.main_online_dpo import check_dpo_config
-from hybridrl.utils.config import ConfigError
+from hybridrl.trainer.main_ppo import run_ppo
+from hybridrl.utils.config import hydra_entry
 
 __all__ = ["main"]
 
 
 def run_spin(config: DictConfig) -> dict:
     from hybridrl.recipes.spin.spin_trainer import SPINTaskRunner
-    from hybridrl.trainer.main_ppo import run_ppo
 
     return run_ppo(config, task_runner_class=SPINTaskRunner)
 
 
-@hydra.main(config_path="config", config_name="spin_trainer", version_base=None)
-def main(config: DictConfig) -> None:
-    try:
-        check_dpo_config(config, min_responses=1)
-    except ConfigError as error:
-        print(error, file=sys.stderr, flush=True)
-        sys.exit(1)
-    run_spin(config)
+def check_spin_config(config: DictConfig) -> None:
+    """The online-DPO checks; one generated response per prompt suffices (SPIN pairs it with the dataset's response)."""
+    check_dpo_config(config, min_responses=1)
+
+
+main = hydra_entry("spin_trainer", run_spin, check=check_spin_config, config_path="config")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The config tree: load/compose the YAMLs, validate them, and resolve the batch plan.
+"""The config tree: load/compose the YAMLs, validate them, resolve the batch plan; the entry points' ``main``.
 
 Cheap to import (OmegaConf only; Hydra is imported when composing). The YAML files under
 ``configs/`` are the single source of truth for keys and defaults.
@@ -6,8 +6,9 @@ Cheap to import (OmegaConf only; Hydra is imported when composing). The YAML fil
 
 from hybridrl.utils.config.access import need_critic, need_reference_policy
 from hybridrl.utils.config.batch_plan import BatchPlan, RolePlan, compute_batch_plan, with_dataset_len
+from hybridrl.utils.config.entry import compose_config, hydra_entry
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem, ConfigWarning
-from hybridrl.utils.config.loading import allowed_additions, compose_config, flatten_keys, load_config
+from hybridrl.utils.config.loading import allowed_additions, flatten_keys, load_config
 from hybridrl.utils.config.overrides import prepare_cli_argv, prepare_overrides
 from hybridrl.utils.config.paths import CONFIG_NAMES, config_dir, config_file
 from hybridrl.utils.config.plan_table import format_batch_plan, plan_rows
@@ -33,6 +34,7 @@ __all__ = [
     "config_file",
     "flatten_keys",
     "format_batch_plan",
+    "hydra_entry",
     "load_config",
     "need_critic",
     "need_reference_policy",

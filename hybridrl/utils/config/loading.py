@@ -1,11 +1,12 @@
-"""Read the YAML trees with OmegaConf / Hydra's compose API; flatten them to dotted keys.
+"""Read the YAML trees with OmegaConf; flatten them to dotted keys.
 
-Python never restates a default: every value comes from ``configs/<name>.yaml``.
+Python never restates a default: every value comes from ``configs/<name>.yaml``. Composing with
+overrides, as the command line does, is ``hybridrl.utils.config.entry.compose_config``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,23 +20,6 @@ def load_config(name: str = "ppo_trainer") -> DictConfig:
     assert isinstance(config, DictConfig)
     OmegaConf.set_struct(config, True)
     return config
-
-
-def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose ``<name>.yaml`` with Hydra-syntax overrides, exactly as the CLI does.
-
-    Unknown keys raise :class:`~hybridrl.utils.config.errors.ConfigError` naming the closest valid key.
-    """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from hybridrl.utils.config.overrides import prepare_overrides
-
-    overrides = prepare_overrides(list(overrides), name)
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        return compose(config_name=name, overrides=overrides)
 
 
 def to_plain(config: DictConfig) -> dict[str, Any]:

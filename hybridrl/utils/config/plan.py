@@ -13,15 +13,14 @@ import argparse
 import sys
 
 from hybridrl.utils.config.batch_plan import compute_batch_plan
+from hybridrl.utils.config.entry import compose_config
 from hybridrl.utils.config.errors import ConfigError
 from hybridrl.utils.config.plan_table import format_batch_plan
+from hybridrl.utils.config.validate import collect_problems
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: compose the PPO config with the overrides, print its batch plan, report batch problems."""
-    from hybridrl.utils.config.loading import compose_config
-    from hybridrl.utils.config.validate import collect_problems
-
     parser = argparse.ArgumentParser(
         prog="hybridrl-plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

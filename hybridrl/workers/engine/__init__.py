@@ -1,4 +1,5 @@
-"""FSDP training engine: model build, FSDP2/FSDP1 wrap, precision, optimizer, offload, state dicts, checkpoints."""
+"""FSDP training engine: model build (``ModelSpec`` -> ``build_fsdp_module``), FSDP2/FSDP1 wrap, precision,
+optimizer, offload (``on_device``), state dicts, checkpoints."""
 
 from hybridrl.utils.import_utils import import_external_libs
 from hybridrl.workers.engine.checkpoint import FSDPCheckpointManager
@@ -10,8 +11,9 @@ from hybridrl.workers.engine.fsdp import (
     fsdp_version,
 )
 from hybridrl.workers.engine.lora import apply_lora, disable_adapter, lora_enabled
+from hybridrl.workers.engine.model_builder import ModelSpec, build_fsdp_module
 from hybridrl.workers.engine.model_loader import build_tokenizer, load_hf_config, load_hf_model
-from hybridrl.workers.engine.offload import load_model, load_optimizer, offload_model, offload_optimizer
+from hybridrl.workers.engine.offload import load_model, load_optimizer, offload_model, offload_optimizer, on_device
 from hybridrl.workers.engine.optim import (
     build_lr_scheduler,
     build_optimizer,
@@ -31,9 +33,11 @@ from hybridrl.workers.engine.state_dict import get_full_state_dict, iter_full_st
 __all__ = [
     "FSDPCheckpointManager",
     "MixedPrecisionDtypes",
+    "ModelSpec",
     "apply_fsdp",
     "apply_lora",
     "broadcast_module_from_rank0",
+    "build_fsdp_module",
     "build_lr_scheduler",
     "build_optimizer",
     "build_tokenizer",
@@ -56,6 +60,7 @@ __all__ = [
     "lora_enabled",
     "offload_model",
     "offload_optimizer",
+    "on_device",
     "resolve_mixed_precision",
     "resolve_model_dtype",
     "to_dtype",

@@ -29,6 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.workers.engine.fsdp import fsdp_version
+from hybridrl.workers.engine.state_dict import _full_tensor, iter_full_state_dict
+
 __all__ = [
     "ADAPTER_SUBDIR",
     "adapter_module_path",
@@ -321,9 +324,6 @@ def gather_lora_adapter(module: nn.Module) -> dict[str, torch.Tensor]:
 
     FSDP2 / plain: only the adapter DTensors are gathered; FSDP1 gathers the whole state dict first.
     """
-    from hybridrl.workers.engine.fsdp import fsdp_version
-    from hybridrl.workers.engine.state_dict import _full_tensor, iter_full_state_dict
-
     if fsdp_version(module) == 1:
         return lora_adapter_state_dict(iter_full_state_dict(module))
     return lora_adapter_state_dict(

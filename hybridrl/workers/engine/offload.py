@@ -3,10 +3,13 @@
 verl's ``fsdp_config.param_offload`` / ``optimizer_offload``: after each call the worker moves the
 (sharded) weights / Adam moments to CPU so the rollout engine can use the GPU memory, and moves them
 back before the next call. On CPU there is nothing to free, so every function here is a no-op when
-the target and the current device are both the CPU.
+the target and the current device are both the CPU. ``on_device`` brings both back for one call.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -80,3 +83,25 @@ def load_optimizer(optimizer: torch.optim.Optimizer, device: torch.device | str 
     if (target.type == "cpu" and get_device_name() == "cpu") or not optimizer.state:
         return
     _move_optimizer(optimizer, target)
+
+
+@contextlib.contextmanager
+def on_device(
+    module: nn.Module | None,
+    optimizer: torch.optim.Optimizer | None = None,
+    param_offload: bool = False,
+    optimizer_offload: bool = False,
+) -> Iterator[None]:
+    """Bring offloaded params / optimizer state to the device for one call and offload them after
+    (``fsdp_config.param_offload`` / ``optimizer_offload``; no-ops on CPU)."""
+    if param_offload and module is not None:
+        load_model(module)
+    if optimizer_offload and optimizer is not None:
+        load_optimizer(optimizer)
+    try:
+        yield
+    finally:
+        if param_offload and module is not None:
+            offload_model(module)
+        if optimizer_offload and optimizer is not None:
+            offload_optimizer(optimizer)

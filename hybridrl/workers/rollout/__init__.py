@@ -1,9 +1,10 @@
 """Rollout engines (``rollout.name``): ``hf`` (fast KV-cache loop), ``hf_generate``, ``vllm``, ``sglang``.
 
-``build_rollout_handle`` is what ``ActorRolloutRefWorker.init_model`` calls: it builds the engine
-named by ``rollout.name`` and wraps it in the hybrid-engine ``RolloutHandle`` that keeps it in sync
-with the actor. Engines are registered by name in ``ROLLOUT_REGISTRY``; vllm and sglang are imported
-only when selected (they are optional extras).
+``build_rollout`` builds the engine named by ``rollout.name``; the hybrid engine
+(``hybridrl.workers.sharding_manager.build_rollout_handle``, what ``ActorRolloutRefWorker.init_model``
+calls) wraps it in the ``RolloutHandle`` that keeps it in sync with the actor. This package never
+imports the sharding manager. Engines are registered by name in ``ROLLOUT_REGISTRY``; vllm and sglang
+are imported only when selected (they are optional extras).
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ def _generation_config(model_path: str | None) -> Any:
         return None
 
 
-def build_rollout_handle(
+def build_rollout(
     rollout_config: Any, model_config: Any, *, tokenizer: Any, hf_config: Any, actor_module: Any, device_name: str
-):
-    """Build the engine named by ``rollout.name`` and the hybrid-engine handle around it.
+) -> BaseRollout:
+    """Build the engine named by ``rollout.name`` (EOS/pad ids from the tokenizer, seed offset by rank).
 
     Args:
         rollout_config: ``actor_rollout_ref.rollout``.
@@ -94,8 +95,6 @@ def build_rollout_handle(
             ``model.path`` itself and never syncs (offline generation).
         device_name: ``cpu`` or ``cuda``.
     """
-    from hybridrl.workers.sharding_manager import RolloutHandle
-
     name = rollout_config.get("name", "vllm")
     if name not in ROLLOUT_REGISTRY:
         raise ValueError(
@@ -104,7 +103,7 @@ def build_rollout_handle(
         )
     eos_ids = collect_eos_token_ids(tokenizer, _generation_config(model_config.get("path")))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    engine = ROLLOUT_REGISTRY[name](
+    return ROLLOUT_REGISTRY[name](
         rollout_config,
         model_config,
         tokenizer=tokenizer,
@@ -115,20 +114,13 @@ def build_rollout_handle(
         pad_token_id=pad_id,
         seed=int(rollout_config.get("seed", 0)) + _rank(),
     )
-    return RolloutHandle(
-        engine,
-        actor_module,
-        engine_name=name,
-        bucket_megabytes=int(rollout_config.get("update_weights_bucket_megabytes", 512)),
-        free_cache_engine=bool(rollout_config.get("free_cache_engine", True)),
-    )
 
 
 __all__ = [
     "ROLLOUT_REGISTRY",
     "BaseRollout",
     "SamplingParams",
-    "build_rollout_handle",
+    "build_rollout",
     "collect_eos_token_ids",
     "register_rollout",
     "resolve_sampling_params",

@@ -23,6 +23,11 @@ from hybridrl.workers.rollout.sampling import SamplingParams, resolve_sampling_p
 _PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 
+class LoRAAdapterRejected(RuntimeError):
+    """An engine with its own LoRA path refused the actor's adapter (``load_lora_adapter``); the hybrid-engine
+    handle then falls back to merged weights."""
+
+
 class BaseRollout(ABC):
     """A generation engine that holds its own copy of the policy weights.
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.workers.sharding_manager.weight_sync import LoRAAdapterRejected
+from hybridrl.workers.rollout.base import LoRAAdapterRejected
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,9 @@
-"""Train → rollout weight sync (the hybrid engine): ``RolloutHandle`` and its helpers."""
+"""Train → rollout weight sync (the hybrid engine): ``RolloutHandle``, its builder and helpers.
 
-from hybridrl.workers.sharding_manager.hybrid_engine import RolloutHandle
+The sharding manager drives the rollout engines (``hybridrl.workers.rollout``), never the other way round.
+"""
+
+from hybridrl.workers.sharding_manager.hybrid_engine import RolloutHandle, build_rollout_handle
 from hybridrl.workers.sharding_manager.weight_sync import (
     WeightSyncError,
     iter_buckets,
@@ -8,4 +11,11 @@ from hybridrl.workers.sharding_manager.weight_sync import (
     sample_indices,
 )
 
-__all__ = ["RolloutHandle", "WeightSyncError", "iter_buckets", "iter_full_state_dict", "sample_indices"]
+__all__ = [
+    "RolloutHandle",
+    "WeightSyncError",
+    "build_rollout_handle",
+    "iter_buckets",
+    "iter_full_state_dict",
+    "sample_indices",
+]

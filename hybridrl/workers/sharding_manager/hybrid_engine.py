@@ -24,14 +24,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
-from hybridrl.workers.rollout.base import BaseRollout
+from hybridrl.workers.engine.lora import unwrap_peft
+from hybridrl.workers.rollout import build_rollout
+from hybridrl.workers.rollout.base import BaseRollout, LoRAAdapterRejected
 from hybridrl.workers.sharding_manager.weight_sync import (
-    LoRAAdapterRejected,
     SyncRecord,
     WeightSyncError,
     gather_adapter,
@@ -98,8 +100,6 @@ class RolloutHandle:
         """True when the engine takes the actor's LoRA adapter instead of merged weights."""
         if self.actor_module is None or not getattr(self.engine, "lora_adapter_mode", False):
             return False
-        from hybridrl.workers.engine.lora import unwrap_peft
-
         return unwrap_peft(self.actor_module) is not None
 
     def sync_weights(self) -> dict[str, float]:
@@ -202,3 +202,34 @@ class RolloutHandle:
             adapter, scalings, _ = gather_adapter(self.actor_module)
             verified += self._verify_adapter(record_adapter(adapter, scalings, dtype, mode))
         return verified
+
+
+def build_rollout_handle(
+    rollout_config: Any, model_config: Any, *, tokenizer: Any, hf_config: Any, actor_module: Any, device_name: str
+) -> RolloutHandle:
+    """Build the engine named by ``rollout.name`` (``hybridrl.workers.rollout.build_rollout``) and the handle around it.
+
+    Args:
+        rollout_config: ``actor_rollout_ref.rollout``.
+        model_config: ``actor_rollout_ref.model`` (``path``, ``trust_remote_code``, ...).
+        tokenizer: the actor's tokenizer (EOS / pad ids).
+        hf_config: the actor's HF config (with ``override_config`` applied).
+        actor_module: the FSDP-wrapped or plain training module to follow; None: the engine loads
+            ``model.path`` itself and never syncs (offline generation).
+        device_name: ``cpu`` or ``cuda``.
+    """
+    engine = build_rollout(
+        rollout_config,
+        model_config,
+        tokenizer=tokenizer,
+        hf_config=hf_config,
+        actor_module=actor_module,
+        device_name=device_name,
+    )
+    return RolloutHandle(
+        engine,
+        actor_module,
+        engine_name=rollout_config.get("name", "vllm"),
+        bucket_megabytes=int(rollout_config.get("update_weights_bucket_megabytes", 512)),
+        free_cache_engine=bool(rollout_config.get("free_cache_engine", True)),
+    )

@@ -18,57 +18,44 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from hybridrl.workers.engine.lora import (
+    base_model_tensors,
+    gather_lora_adapter,
+    lora_scalings,
+    merge_lora_tensors,
+    peft_adapter_config,
+    scaled_adapter_tensors,
+    unwrap_peft,
+)
+from hybridrl.workers.engine.state_dict import iter_full_state_dict as engine_iter_full_state_dict
+
 _SAMPLES_PER_TENSOR = 256
 _MAX_CHECKED_TENSORS = 8
-_FALLBACK_PREFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 
 
 class WeightSyncError(RuntimeError):
     """The rollout engine does not hold the trainer's weights after a sync."""
 
 
-class LoRAAdapterRejected(RuntimeError):
-    """The engine refused the actor's LoRA adapter (the handle then falls back to merged weights)."""
-
-
 def iter_full_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, full tensor)`` pairs of ``module``, HF ``state_dict()`` names, on every rank.
 
-    Uses the engine's ``hybridrl.workers.engine.iter_full_state_dict`` when available (FSDP1/FSDP2,
-    gathered layer by layer; a peft LoRA model yields its merged base weights); otherwise a local fallback for plain modules and FSDP2 DTensors.
+    The engine's ``hybridrl.workers.engine.iter_full_state_dict`` (plain modules, FSDP1/FSDP2, gathered
+    layer by layer); a peft LoRA model yields its merged base weights.
     """
-    try:
-        from hybridrl.workers.engine import iter_full_state_dict as engine_iter
-    except ImportError:
-        engine_iter = None
-    if engine_iter is not None:
-        from hybridrl.workers.engine.lora import lora_scalings, merge_lora_tensors, unwrap_peft
-
-        if unwrap_peft(module) is not None:  # LoRA: the engine gets W + scaling·B@A under the base names
-            yield from merge_lora_tensors(engine_iter(module), lora_scalings(module))
-        else:
-            yield from engine_iter(module)
-        return
-    from torch.distributed.tensor import DTensor
-
-    for name, tensor in module.state_dict().items():
-        for prefix in _FALLBACK_PREFIXES:
-            name = name.replace(prefix, "")
-        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    if unwrap_peft(module) is not None:  # LoRA: the engine gets W + scaling·B@A under the base names
+        yield from merge_lora_tensors(engine_iter_full_state_dict(module), lora_scalings(module))
+    else:
+        yield from engine_iter_full_state_dict(module)
 
 
 def iter_base_state_dict(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """The frozen base weights of a peft LoRA ``module`` under HF names (adapter entries dropped), on every rank."""
-    from hybridrl.workers.engine import iter_full_state_dict as engine_iter
-    from hybridrl.workers.engine.lora import base_model_tensors
-
-    yield from base_model_tensors(engine_iter(module))
+    yield from base_model_tensors(engine_iter_full_state_dict(module))
 
 
 def gather_adapter(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, float], object]:
     """``(adapter tensors in peft file names, {module path: scaling}, LoraConfig)`` of a peft ``module`` (collective)."""
-    from hybridrl.workers.engine.lora import gather_lora_adapter, lora_scalings, peft_adapter_config
-
     return gather_lora_adapter(module), lora_scalings(module), peft_adapter_config(module)
 
 
@@ -76,8 +63,6 @@ def record_adapter(
     adapter: dict[str, torch.Tensor], scalings: dict[str, float], engine_dtype: torch.dtype, mode: str
 ) -> SyncRecord:
     """Samples of what the engine should compute with: ``A`` and ``scaling · B`` cast to ``engine_dtype``."""
-    from hybridrl.workers.engine.lora import scaled_adapter_tensors
-
     record = SyncRecord()
     for _ in recording(scaled_adapter_tensors(adapter, scalings, engine_dtype), record, engine_dtype, mode):
         pass

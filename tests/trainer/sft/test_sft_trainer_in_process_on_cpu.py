@@ -17,8 +17,8 @@ from hybridrl.utils.config import compose_config
 @pytest.fixture
 def single_rank_group(monkeypatch):
     """A one-process gloo group (torchrun's env vars set by hand); destroyed afterwards."""
-    from hybridrl.single_controller.base.worker import free_port
     from hybridrl.utils.distributed import init_distributed
+    from hybridrl.utils.ports import free_port
 
     if dist.is_initialized():
         pytest.skip("a process group already exists in this test process")

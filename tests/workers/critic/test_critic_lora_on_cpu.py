@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config.loading import compose_config
+from hybridrl.utils.config import compose_config
 from tests.workers.fsdp_workers_testlib import RESPONSE_LEN as R
 from tests.workers.fsdp_workers_testlib import ppo_batch
 

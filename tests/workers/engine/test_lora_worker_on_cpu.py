@@ -13,7 +13,7 @@ import torch
 from engine_testlib import run_ranks, single_rank_group
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config.loading import compose_config
+from hybridrl.utils.config import compose_config
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 P, R = 6, 5

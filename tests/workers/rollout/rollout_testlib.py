@@ -54,7 +54,7 @@ def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
 
 
 def build_handle(tiny_model_dir, tokenizer, actor, **overrides):
-    from hybridrl.workers.rollout import build_rollout_handle
+    from hybridrl.workers.sharding_manager import build_rollout_handle
 
     return build_rollout_handle(
         rollout_config(**overrides),

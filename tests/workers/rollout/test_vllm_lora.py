@@ -58,7 +58,7 @@ def lora_actor(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def lora_handle(tiny_model_dir, tokenizer, lora_actor):
-    from hybridrl.workers.rollout import build_rollout_handle
+    from hybridrl.workers.sharding_manager import build_rollout_handle
 
     cfg = rollout_config(
         name="vllm", response_length=RESPONSE_LENGTH, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=64

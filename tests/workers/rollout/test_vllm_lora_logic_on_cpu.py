@@ -19,9 +19,9 @@ from hybridrl.workers.engine.lora import (
     merge_lora_tensors,
     scaled_adapter_tensors,
 )
+from hybridrl.workers.rollout.base import LoRAAdapterRejected
 from hybridrl.workers.rollout.vllm_lora import _effective, _find_layer, lora_engine_kwargs
 from hybridrl.workers.rollout.vllm_rollout import build_engine_kwargs
-from hybridrl.workers.sharding_manager.weight_sync import LoRAAdapterRejected
 
 LORA = {"lora_rank": 4, "lora_alpha": 16, "target_modules": "all-linear"}
 

@@ -28,7 +28,7 @@ def vllm_actor(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def vllm_handle(tiny_model_dir, tokenizer, vllm_actor):
-    from hybridrl.workers.rollout import build_rollout_handle
+    from hybridrl.workers.sharding_manager import build_rollout_handle
 
     cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=64)
     return build_rollout_handle(

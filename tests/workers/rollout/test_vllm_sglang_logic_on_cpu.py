@@ -105,7 +105,7 @@ def test_sglang_contract_on_gpu(tiny_model_dir, tokenizer, actor):
     pytest.importorskip("sglang")
     from rollout_testlib import make_prompts
 
-    from hybridrl.workers.rollout import build_rollout_handle
+    from hybridrl.workers.sharding_manager import build_rollout_handle
 
     handle = build_rollout_handle(
         rollout_config(name="sglang", dtype="float32"),

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import socket
 
-from hybridrl.single_controller.base import worker
+from hybridrl.utils import ports
 
 
 def test_free_port_is_between_ray_worker_ports_and_the_ephemeral_range():
-    floor = worker._ephemeral_port_floor()
+    floor = ports._ephemeral_port_floor()
     for _ in range(20):
-        port = worker.free_port()
+        port = ports.free_port()
         assert 20000 <= port < min(32768, floor), port
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("", port))  # and it is bindable
@@ -19,15 +19,15 @@ def test_free_port_is_between_ray_worker_ports_and_the_ephemeral_range():
 
 def test_free_port_skips_a_taken_port_and_falls_back_when_the_range_is_full(monkeypatch):
     taken = []
-    real_can_bind = worker._can_bind
+    real_can_bind = ports._can_bind
 
     def refuse_first(port: int) -> bool:
         if not taken:
             taken.append(port)
         return port != taken[0] and real_can_bind(port)  # the first port picked stays "in use"
 
-    monkeypatch.setattr(worker, "_can_bind", refuse_first)
-    assert worker.free_port() != taken[0]
-    monkeypatch.setattr(worker, "_can_bind", lambda port: False)
-    port = worker.free_port()  # nothing bindable in the range: an OS-assigned port
-    assert port >= worker._ephemeral_port_floor() or port > 32767
+    monkeypatch.setattr(ports, "_can_bind", refuse_first)
+    assert ports.free_port() != taken[0]
+    monkeypatch.setattr(ports, "_can_bind", lambda port: False)
+    port = ports.free_port()  # nothing bindable in the range: an OS-assigned port
+    assert port >= ports._ephemeral_port_floor() or port > 32767

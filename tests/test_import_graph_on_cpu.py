@@ -24,8 +24,8 @@ from pathlib import Path
 PACKAGE = "hybridrl"
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 
-# Cycles through function-level imports allowed for now, each as the sorted modules of its strongly connected
-# component. The protocol one is removed by the protocol package change (hybridrl/protocol/): drop it then.
+# Cycles through function-level imports allowed, each as the sorted modules of its strongly connected component:
+# none (the last one, protocol <-> protocol_extras, went with the hybridrl/protocol/ package).
 ALLOWED_FUNCTION_LEVEL_CYCLES: set[tuple[str, ...]] = set()
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from config_testlib import compose_config
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
-from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import R as RESPONSE_LENGTH
 from tests.recipes.fakes import make_trainer
 

@@ -24,6 +24,7 @@ from hybridrl.utils.config import (
     format_batch_plan,
     prepare_cli_argv,
     validate_config,
+    with_defaults,
 )
 
 
@@ -55,6 +56,7 @@ def _hydra_main(config: DictConfig) -> None:
 def main(config: DictConfig | None = None) -> None:
     """Run from the command line (``config=None``) or with an already composed config."""
     if config is not None:
+        config = with_defaults(config)  # a config saved by an older version gets the keys it lacks
         check_config(config)
         run_ppo(config)
         return

@@ -15,15 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from omegaconf import open_dict
 
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
-from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes, resolved_copy
+from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager
 from hybridrl.workers.worker_common import (
     ModelSpec,
@@ -57,7 +57,7 @@ class ActorRolloutRefWorker(Worker):
         super().__init__()
         if role not in ROLES:
             raise ValueError(f"ActorRolloutRefWorker role={role!r} is not one of {ROLES}.")
-        self.config = resolved_copy(config)
+        self.config = section_with_defaults(config, "actor_rollout_ref")
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
@@ -66,7 +66,7 @@ class ActorRolloutRefWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         if self._is_actor:
-            rollout_n = int(self.config.rollout.get("n", 1) or 1)
+            rollout_n = int(self.config.rollout.n)
             normalize_actor_batch_sizes(self.config.actor, rollout_n, world_size, "actor_rollout_ref.actor")
         if self._is_actor or self._is_rollout:
             normalize_log_prob_batch_sizes(self.config.rollout, world_size, "actor_rollout_ref.rollout")
@@ -84,7 +84,7 @@ class ActorRolloutRefWorker(Worker):
     def _build_sp_group(self) -> Any:
         """Ulysses SP group when ``ulysses_sequence_parallel_size > 1`` (actor's; the ref must agree)."""
         sizes = {
-            section: int(self.config[section].get("ulysses_sequence_parallel_size", 1) or 1)
+            section: int(self.config[section].ulysses_sequence_parallel_size or 1)
             for section, active in (("actor", self._is_actor), ("ref", self._is_ref))
             if active
         }
@@ -95,7 +95,7 @@ class ActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"actor_rollout_ref.actor/ref.ulysses_sequence_parallel_size differ ({sizes}) in one worker; set them equal."
             )
-        if not self.config.model.get("use_remove_padding", False):
+        if not self.config.model.use_remove_padding:
             raise ValueError(
                 "ulysses_sequence_parallel_size > 1 needs actor_rollout_ref.model.use_remove_padding=True (as in verl)."
             )
@@ -109,10 +109,10 @@ class ActorRolloutRefWorker(Worker):
         model_config = self.config.model
         self.tokenizer = engine.build_tokenizer(
             model_config.get("tokenizer_path") or model_config.path,
-            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            trust_remote_code=bool(model_config.trust_remote_code),
             custom_chat_template=model_config.get("custom_chat_template"),
         )
-        use_remove_padding = bool(model_config.get("use_remove_padding", False))
+        use_remove_padding = bool(model_config.use_remove_padding)
         if self._is_actor or self._is_rollout:
             self._build_actor(use_remove_padding)
         if self._is_rollout:
@@ -134,7 +134,7 @@ class ActorRolloutRefWorker(Worker):
         spec = ModelSpec(
             self.config.model,
             actor_config.fsdp_config,
-            actor_config.get("strategy", "fsdp2"),
+            actor_config.strategy,
             "causal_lm",
             True,
             sp_group=self.ulysses.group,
@@ -143,30 +143,31 @@ class ActorRolloutRefWorker(Worker):
         if self._is_actor:
             self.actor_optimizer = engine.build_optimizer(self.actor_module, actor_config.optim)
             self.actor_lr_scheduler = engine.build_lr_scheduler(self.actor_optimizer, actor_config.optim)
-        with open_dict(actor_config):  # verl copies the model-level switches into the actor section
-            actor_config.use_remove_padding = use_remove_padding
-            actor_config.enable_activation_offload = bool(self.config.model.get("enable_activation_offload", False))
-        self.actor = DataParallelPPOActor(actor_config, self.actor_module, self.actor_optimizer)
+        self.actor = DataParallelPPOActor(
+            actor_config,
+            self.actor_module,
+            self.actor_optimizer,
+            use_remove_padding=use_remove_padding,
+            enable_activation_offload=bool(self.config.model.enable_activation_offload),
+        )
         self._offload_actor(optimizer_too=True)
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
-        strategy = ref_config.get("strategy") or self.config.actor.get("strategy", "fsdp2")
+        strategy = ref_config.get("strategy") or self.config.actor.strategy
         spec = ModelSpec(
             self.config.model, ref_config.get("fsdp_config", {}), strategy, "causal_lm", False, self.ulysses.group
         )
         self.ref_module, ref_hf_config = build_fsdp_module(spec, self._device_name)
         if not (self._is_actor or self._is_rollout):
             self.hf_config = ref_hf_config
-        with open_dict(ref_config):
-            ref_config.use_remove_padding = use_remove_padding
-        self.ref_policy = DataParallelPPOActor(ref_config, self.ref_module)
+        self.ref_policy = DataParallelPPOActor(ref_config, self.ref_module, use_remove_padding=use_remove_padding)
 
     # ------------------------------------------------------------------ offload helpers
 
     def _actor_fsdp_flags(self) -> tuple[bool, bool]:
         fsdp_config = self.config.actor.fsdp_config
-        return bool(fsdp_config.get("param_offload", False)), bool(fsdp_config.get("optimizer_offload", False))
+        return bool(fsdp_config.param_offload), bool(fsdp_config.optimizer_offload)
 
     def _offload_actor(self, optimizer_too: bool) -> None:
         param_offload, optimizer_offload = self._actor_fsdp_flags()
@@ -202,8 +203,8 @@ class ActorRolloutRefWorker(Worker):
         data.meta_info.update(
             micro_batch_size=rollout.get("log_prob_micro_batch_size_per_gpu"),
             max_token_len=_times(rollout.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
-            temperature=rollout.get("temperature", 1.0),
+            use_dynamic_bsz=bool(rollout.log_prob_use_dynamic_bsz),
+            temperature=rollout.temperature,
         )
         with self._actor_on_device(with_optimizer=False):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
@@ -236,8 +237,8 @@ class ActorRolloutRefWorker(Worker):
         data.meta_info.update(
             micro_batch_size=ref.get("log_prob_micro_batch_size_per_gpu"),
             max_token_len=_times(ref.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(ref.get("log_prob_use_dynamic_bsz", False)),
-            temperature=self.config.rollout.get("temperature", 1.0),
+            use_dynamic_bsz=bool(ref.log_prob_use_dynamic_bsz),
+            temperature=self.config.rollout.temperature,
         )
         if use_actor_as_ref:
             with self._actor_on_device(with_optimizer=False), engine.disable_adapter(self.actor_module):
@@ -253,7 +254,7 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
         data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
-        data.meta_info.setdefault("temperature", self.config.rollout.get("temperature", 1.0))
+        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
         with self._actor_on_device(with_optimizer=True):
             metrics: dict[str, Any] = self.actor.update_policy(data)
             metrics.update(memory_metrics())

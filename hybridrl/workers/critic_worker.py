@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import open_dict
-
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
-from hybridrl.workers.config_utils import normalize_critic_batch_sizes, resolved_copy
+from hybridrl.workers.config_utils import normalize_critic_batch_sizes
 from hybridrl.workers.critic import DataParallelPPOCritic
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 from hybridrl.workers.worker_common import (
@@ -47,7 +46,7 @@ class CriticWorker(Worker):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        self.config = resolved_copy(config)
+        self.config = section_with_defaults(config, "critic")
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         normalize_critic_batch_sizes(self.config, world_size, "critic")
@@ -62,12 +61,12 @@ class CriticWorker(Worker):
         model_config = config.model
         self.tokenizer = engine.build_tokenizer(
             model_config.get("tokenizer_path") or model_config.path,
-            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            trust_remote_code=bool(model_config.trust_remote_code),
         )
         spec = ModelSpec(
             model_config,
             model_config.get("fsdp_config", {}),
-            config.get("strategy", "fsdp2"),
+            config.strategy,
             "token_classification",
             True,
             self.ulysses.group,
@@ -75,9 +74,12 @@ class CriticWorker(Worker):
         self.critic_module, self.hf_config = build_fsdp_module(spec, self._device_name)
         self.critic_optimizer = engine.build_optimizer(self.critic_module, config.optim)
         self.critic_lr_scheduler = engine.build_lr_scheduler(self.critic_optimizer, config.optim)
-        with open_dict(config):
-            config.use_remove_padding = bool(model_config.get("use_remove_padding", False))
-        self.critic = DataParallelPPOCritic(config, self.critic_module, self.critic_optimizer)
+        self.critic = DataParallelPPOCritic(
+            config,
+            self.critic_module,
+            self.critic_optimizer,
+            use_remove_padding=bool(model_config.use_remove_padding),
+        )
         if self._offload_flags()[0]:
             engine.offload_model(self.critic_module)
         if self._offload_flags()[1]:
@@ -85,7 +87,7 @@ class CriticWorker(Worker):
 
     def _offload_flags(self) -> tuple[bool, bool]:
         fsdp_config = self.config.model.get("fsdp_config", {})
-        return bool(fsdp_config.get("param_offload", False)), bool(fsdp_config.get("optimizer_offload", False))
+        return bool(fsdp_config.param_offload), bool(fsdp_config.optimizer_offload)
 
     def _on_device(self, with_optimizer: bool) -> Any:
         param_offload, optimizer_offload = self._offload_flags()
@@ -98,7 +100,7 @@ class CriticWorker(Worker):
         data.meta_info.update(
             micro_batch_size=self.config.get("forward_micro_batch_size_per_gpu"),
             max_token_len=sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(self.config.get("use_dynamic_bsz", False)),
+            use_dynamic_bsz=bool(self.config.use_dynamic_bsz),
         )
         with self._on_device(with_optimizer=False):
             values = self.critic.compute_values(data)

@@ -19,6 +19,7 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.utils.padding import pack_sequences
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, postprocess_data
@@ -26,7 +27,7 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_packed_all_positions, restore_order, split_micro_batches
-from hybridrl.workers.config_utils import normalize_reward_model_batch_sizes, resolved_copy
+from hybridrl.workers.config_utils import normalize_reward_model_batch_sizes
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 from hybridrl.workers.worker_common import ModelSpec, build_fsdp_module, init_worker_distributed
 
@@ -58,7 +59,7 @@ class RewardModelWorker(Worker):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
-        self.config = resolved_copy(config)
+        self.config = section_with_defaults(config, "reward_model")
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         normalize_reward_model_batch_sizes(self.config, world_size)
@@ -68,7 +69,7 @@ class RewardModelWorker(Worker):
     def init_model(self) -> None:
         """Load the RM (``num_labels=1``, frozen) and its tokenizer; the policy's tokenizer too when they differ."""
         model_config = self.config.model
-        trust_remote_code = bool(model_config.get("trust_remote_code", False))
+        trust_remote_code = bool(model_config.trust_remote_code)
         input_tokenizer = model_config.get("input_tokenizer")
         self._switch_template = input_tokenizer is not None and str(input_tokenizer) != str(model_config.path)
         self.tokenizer = engine.build_tokenizer(model_config.path, trust_remote_code=trust_remote_code)
@@ -77,13 +78,13 @@ class RewardModelWorker(Worker):
         spec = ModelSpec(
             model_config,
             model_config.get("fsdp_config", {}),
-            self.config.get("strategy", "fsdp2"),
+            self.config.strategy,
             "token_classification",
             False,
             self.ulysses.group,
         )
         self.reward_module, _ = build_fsdp_module(spec, self._device_name)
-        self.use_remove_padding = bool(model_config.get("use_remove_padding", False))
+        self.use_remove_padding = bool(model_config.use_remove_padding)
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Score ``[B]``: the RM output at each sequence's last valid token."""
@@ -130,7 +131,8 @@ class RewardModelWorker(Worker):
                 max_length=max_length,
                 pad_token_id=self.tokenizer.pad_token_id,
                 left_pad=False,
-                truncation=self.config.get("truncation", "right"),
+                # not a key of the YAML's reward_model section: verl reads it with this default
+                truncation=self.config.get("truncation") or "right",
             )
             rows_ids.append(ids)
             rows_mask.append(mask)
@@ -153,7 +155,7 @@ class RewardModelWorker(Worker):
         micro_batches, order = split_micro_batches(
             rm_data.batch,
             self.config.get("micro_batch_size_per_gpu"),
-            bool(self.config.get("use_dynamic_bsz", False)),
+            bool(self.config.use_dynamic_bsz),
             sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
         )
         scores = torch.cat([self._forward_micro_batch(micro) for micro in micro_batches])

@@ -23,7 +23,7 @@ class RaySPINTrainer(RayOnlineDPOTrainer):
 
     def _make_pairs(self, batch: DataProto, metrics: dict) -> DataProto | None:
         """(SFT target, generation) for every generated response that differs from its target."""
-        texts = target_texts(batch, self.config.data.get("response_key", "response"))
+        texts = target_texts(batch, self.config.data.response_key)
         response_length = batch.batch["responses"].shape[-1]
         target_ids, target_mask, truncated = tokenize_targets(texts, self.tokenizer, response_length)
         combined, pairs = spin_pairs(batch, build_target_rows(batch, target_ids, target_mask))

@@ -152,7 +152,7 @@ class CheckpointMixin:
         print(f"[checkpoint] resuming from {folder} (global step {global_steps})", flush=True)
         dataloader_state = _load_driver_file(folder, DATALOADER_STATE_FILE)  # read first: a corrupt file fails
         state = _load_driver_file(folder, TRAINER_STATE_FILE)  # before any worker has loaded anything
-        delete_after = self.config.trainer.get("del_local_ckpt_after_load", False)
+        delete_after = self.config.trainer.del_local_ckpt_after_load
         self.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"), del_local_after_load=delete_after)
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(folder, "critic"), del_local_after_load=delete_after)

@@ -35,6 +35,7 @@ from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_thro
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
 from hybridrl.trainer.ppo.stages import StageError, StagesMixin
 from hybridrl.trainer.ppo.validation import ValidationMixin
+from hybridrl.utils.config.defaults import with_defaults
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
 from hybridrl.utils.tracking import Tracking, ValidationGenerationsLogger
@@ -54,7 +55,7 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
                  resource_pool_manager: ResourcePoolManager, ray_worker_group_cls=RayWorkerGroup,
                  processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
                  collate_fn=None, train_sampler=None, device_name: str | None = None):
-        self.config = config
+        self.config = with_defaults(config)  # a config that predates a key gets the YAML's value
         self.tokenizer = tokenizer
         self.processor = processor
         self.reward_fn = reward_fn
@@ -66,11 +67,11 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         self.role_worker_mapping = role_worker_mapping
         self.resource_pool_manager = resource_pool_manager
         self.ray_worker_group_cls = ray_worker_group_cls
-        self.device_name = device_name or config.trainer.get("device", "cuda")
+        self.device_name = device_name or config.trainer.device
         self.use_reference_policy = Role.RefPolicy in role_worker_mapping or Role.ActorRolloutRef in role_worker_mapping
         self.use_rm = Role.RewardModel in role_worker_mapping
         self.use_critic = need_critic(config)
-        self.ref_in_actor = config.actor_rollout_ref.model.get("lora_rank", 0) > 0
+        self.ref_in_actor = config.actor_rollout_ref.model.lora_rank > 0
         use_kl_in_reward = config.algorithm.use_kl_in_reward
         self.kl_ctrl_in_reward = get_kl_controller(config.algorithm.kl_ctrl) if use_kl_in_reward else None
         if config.algorithm.get("filter_groups", {}).get("enable") and type(self)._rollout is StagesMixin._rollout:
@@ -86,7 +87,7 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         data = self.config.data
-        num_workers = data.get("dataloader_num_workers", 8)
+        num_workers = data.dataloader_num_workers
         batch_size = data.get("gen_batch_size") or data.train_batch_size
         self.train_dataloader = StatefulDataLoader(
             dataset=train_dataset, batch_size=batch_size, num_workers=num_workers, drop_last=True,
@@ -95,7 +96,7 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
         val_batch_size = data.get("val_batch_size") or len(val_dataset)
         self.val_dataloader = StatefulDataLoader(
             dataset=val_dataset, batch_size=val_batch_size, num_workers=num_workers,
-            shuffle=data.get("validation_shuffle", False), drop_last=False, collate_fn=collate_fn,
+            shuffle=data.validation_shuffle, drop_last=False, collate_fn=collate_fn,
         )
         if len(self.train_dataloader) < 1:
             raise ValueError(
@@ -182,11 +183,11 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
             self.logger.finish()
             return {}
         val_metrics: dict[str, float] = {}
-        if self.val_reward_fn is not None and trainer_cfg.get("val_before_train", True):
+        if self.val_reward_fn is not None and trainer_cfg.val_before_train:
             val_metrics = self._validate()
             print(f"[validation] initial: {json.dumps(val_metrics)}", flush=True)
             self.logger.log(data=val_metrics, step=self.global_steps)
-            if trainer_cfg.get("val_only", False):
+            if trainer_cfg.val_only:
                 self.logger.finish()
                 return val_metrics
         progress = StepProgress(self.total_training_steps, start_step=self.global_steps)

@@ -133,7 +133,7 @@ class StagesMixin:
 
     # ------------------------------------------------------------------ log-probs and values
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        if not self.config.actor_rollout_ref.actor.get("recompute_old_log_prob", True):
+        if not self.config.actor_rollout_ref.actor.recompute_old_log_prob:
             return batch  # on-policy update: the actor uses its current log-probs, detached (config-checked)
         with self._timed("old_log_prob", timing_raw):
             old = self.actor_rollout_wg.compute_log_prob(batch)
@@ -168,14 +168,14 @@ class StagesMixin:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             # PF-PPO resamples rows: draw from a stream fixed by (data.seed, step), so runs and resumes repeat
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(self.config.data.get("seed", 1)) * 1_000_003 + self.global_steps)
+                torch.manual_seed(int(self.config.data.seed) * 1_000_003 + self.global_steps)
                 return compute_advantage(
                     batch,
                     adv_estimator=algo.adv_estimator,
                     gamma=algo.gamma,
                     lam=algo.lam,
                     num_repeat=self.config.actor_rollout_ref.rollout.n,
-                    norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True),
+                    norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
                     config=algo,
                 )
 

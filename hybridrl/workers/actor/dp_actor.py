@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
@@ -98,8 +99,9 @@ class DataParallelPPOActor(BasePPOActor):
         config: the ``actor_rollout_ref.actor`` section (or ``.ref`` for a reference policy).
         actor_module: the causal LM.
         actor_optimizer: its optimizer; ``None`` for a frozen reference.
-        use_remove_padding: pack sequences (``actor_rollout_ref.model.use_remove_padding``); defaults to
-            ``config.use_remove_padding`` when present, else False.
+        use_remove_padding: pack sequences (``actor_rollout_ref.model.use_remove_padding``); None: read
+            ``config.use_remove_padding``, where verl's worker copies it (absent: off).
+        enable_activation_offload: ``actor_rollout_ref.model.enable_activation_offload``; None: as above.
     """
 
     def __init__(
@@ -108,17 +110,19 @@ class DataParallelPPOActor(BasePPOActor):
         actor_module: nn.Module,
         actor_optimizer: torch.optim.Optimizer | None = None,
         use_remove_padding: bool | None = None,
+        enable_activation_offload: bool | None = None,
     ) -> None:
-        super().__init__(config)
+        super().__init__(section_with_defaults(config, "actor_rollout_ref.actor"))
+        config = self.config
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
         if use_remove_padding is None:
-            use_remove_padding = bool(config.get("use_remove_padding", False))
+            use_remove_padding = bool(config.get("use_remove_padding"))
         self.use_remove_padding = use_remove_padding
         self.device_name = get_device_name()
-        self._sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
-        chunked = bool(config.get("entropy_from_logits_with_chunking", False))
-        use_compile = bool(config.get("use_torch_compile", True))
+        self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
+        chunked = bool(config.entropy_from_logits_with_chunking)
+        use_compile = bool(config.use_torch_compile)
         # verl compiles the plain entropy helper (dynamic shapes); the chunked one loops in Python
         self._entropy_fn = (
             entropy_from_logits_with_chunking
@@ -126,7 +130,9 @@ class DataParallelPPOActor(BasePPOActor):
             else maybe_compile(entropy_from_logits, use_compile, self.device_name)
         )
         self._logprob_fn = maybe_compile(logprobs_from_logits, use_compile, self.device_name)
-        self._activation_offload = bool(config.get("enable_activation_offload", False))
+        if enable_activation_offload is None:
+            enable_activation_offload = bool(config.get("enable_activation_offload"))
+        self._activation_offload = enable_activation_offload
 
     # ------------------------------------------------------------------ forward
 
@@ -141,7 +147,7 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits.float() / temperature
             outputs = [self._logprob_fn(logits, next_tokens)]
             if calculate_entropy:
-                if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():
+                if self.config.entropy_checkpointing and torch.is_grad_enabled():
                     outputs.append(torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False))
                 else:
                     outputs.append(self._entropy_fn(logits))
@@ -191,10 +197,10 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         response_mask = micro_batch["response_mask"]
         loss_agg_mode = config.loss_agg_mode
-        entropy_coeff = config.get("entropy_coeff", 0.0)
+        entropy_coeff = config.entropy_coeff
         # verl computes the entropy only when it enters the loss
         entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
-        loss_mode = config.get("policy_loss", {}).get("loss_mode", "vanilla")
+        loss_mode = config.policy_loss.loss_mode
         # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
         old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
         pg_loss, metrics = _call_policy_loss(
@@ -211,7 +217,7 @@ class DataParallelPPOActor(BasePPOActor):
             entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
             policy_loss = policy_loss - entropy_coeff * entropy_loss
             metrics["actor/entropy"] = entropy_loss.detach().item()
-        if config.get("use_kl_loss", False):
+        if config.use_kl_loss:
             kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], config.kl_loss_type)
             kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
             policy_loss = policy_loss + config.kl_loss_coef * kl_loss
@@ -245,9 +251,9 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_module.train()
         config = self.config
         temperature = data.meta_info["temperature"]
-        keys = _UPDATE_KEYS + (["ref_log_prob"] if config.get("use_kl_loss", False) else [])
+        keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
         if "old_log_probs" not in data.batch.keys():
-            if config.get("recompute_old_log_prob", True):
+            if config.recompute_old_log_prob:
                 raise KeyError(
                     "update_actor: the batch has no old_log_probs (compute_log_prob was not run); set "
                     "actor_rollout_ref.actor.recompute_old_log_prob=False only for on-policy updates"
@@ -256,12 +262,12 @@ class DataParallelPPOActor(BasePPOActor):
         batch = data.select(batch_keys=keys).batch
         mini_batch_size = config.ppo_mini_batch_size
         metrics: dict[str, list[float]] = {}
-        for _ in range(config.get("ppo_epochs", 1)):
+        for _ in range(config.ppo_epochs):
             for mini_batch in batch.split(mini_batch_size):
                 micro_batches, _ = split_micro_batches(
                     mini_batch,
                     config.get("ppo_micro_batch_size_per_gpu"),
-                    bool(config.get("use_dynamic_bsz", False)),
+                    bool(config.use_dynamic_bsz),
                     sp_token_budget(config.get("ppo_max_token_len_per_gpu"), self._sp_size),
                 )
                 self.actor_optimizer.zero_grad()
@@ -277,7 +283,7 @@ class DataParallelPPOActor(BasePPOActor):
     def _loss_scale(self, micro_batch: Any) -> float:
         """Gradient-accumulation weight of a micro-batch (verl 0.5)."""
         mini_batch_size = self.config.ppo_mini_batch_size
-        if self.config.get("use_dynamic_bsz", False):
+        if self.config.use_dynamic_bsz:
             return micro_batch.batch_size[0] / mini_batch_size
         return 1.0 / (mini_batch_size // self.config.ppo_micro_batch_size_per_gpu)
 

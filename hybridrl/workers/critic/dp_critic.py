@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.torch_functional import masked_mean
 from hybridrl.utils.ulysses import sp_token_budget
@@ -37,19 +38,29 @@ class DataParallelPPOCritic(BasePPOCritic):
     """PPO critic over an HF token-classification model (``num_labels=1``), plain or FSDP-wrapped.
 
     Args:
-        config: the ``critic`` section (``use_remove_padding`` is read from it when present, as the
-            worker copies ``critic.model.use_remove_padding`` there like verl).
+        config: the ``critic`` section.
         critic_module: the value model.
         critic_optimizer: its optimizer.
+        use_remove_padding: ``critic.model.use_remove_padding``; None: read ``config.use_remove_padding``,
+            where verl's worker copies it (absent: off).
     """
 
-    def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None) -> None:
-        super().__init__(config)
+    def __init__(
+        self,
+        config: Any,
+        critic_module: nn.Module,
+        critic_optimizer: torch.optim.Optimizer | None,
+        use_remove_padding: bool | None = None,
+    ) -> None:
+        super().__init__(section_with_defaults(config, "critic"))
+        config = self.config
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        if use_remove_padding is None:
+            use_remove_padding = bool(config.get("use_remove_padding"))
+        self.use_remove_padding = use_remove_padding
         self.device_name = get_device_name()
-        self._sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
+        self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Values ``[B, R]`` of the response positions (unmasked)."""
@@ -98,7 +109,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             values=micro_batch["values"],
             response_mask=response_mask,
             cliprange_value=self.config.cliprange_value,
-            loss_agg_mode=self.config.get("loss_agg_mode", "token-mean"),
+            loss_agg_mode=self.config.loss_agg_mode,
         )
         metrics = {
             "critic/vf_loss": vf_loss.detach().item(),
@@ -115,10 +126,10 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_module.train()
         config = self.config
         batch = data.select(batch_keys=_UPDATE_KEYS).batch
-        use_dynamic_bsz = bool(config.get("use_dynamic_bsz", False))
+        use_dynamic_bsz = bool(config.use_dynamic_bsz)
         mini_batch_size = config.ppo_mini_batch_size
         metrics: dict[str, list[float]] = {}
-        for _ in range(config.get("ppo_epochs", 1)):
+        for _ in range(config.ppo_epochs):
             for mini_batch in batch.split(mini_batch_size):
                 micro_batches, _ = split_micro_batches(
                     mini_batch,

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 
@@ -60,7 +61,7 @@ def _build_sglang(rollout_config: Any, model_config: Any, **kw: Any) -> BaseRoll
 
 
 def _engine_kw(kw: dict[str, Any]) -> dict[str, Any]:
-    return {"eos_token_ids": kw["eos_token_ids"], "pad_token_id": kw["pad_token_id"], "seed": kw.get("seed", 0)}
+    return {"eos_token_ids": kw["eos_token_ids"], "pad_token_id": kw["pad_token_id"], "seed": kw["seed"]}
 
 
 def _rank() -> int:
@@ -96,7 +97,9 @@ def build_rollout_handle(
     """
     from hybridrl.workers.sharding_manager import RolloutHandle
 
-    name = rollout_config.get("name", "vllm")
+    rollout_config = section_with_defaults(rollout_config, "actor_rollout_ref.rollout")
+    model_config = section_with_defaults(model_config, "actor_rollout_ref.model")
+    name = rollout_config.name
     if name not in ROLLOUT_REGISTRY:
         raise ValueError(
             f"actor_rollout_ref.rollout.name={name!r} is not a rollout engine; choose one of "
@@ -113,14 +116,14 @@ def build_rollout_handle(
         device_name=device_name,
         eos_token_ids=eos_ids,
         pad_token_id=pad_id,
-        seed=int(rollout_config.get("seed", 0)) + _rank(),
+        seed=int(rollout_config.seed) + _rank(),
     )
     return RolloutHandle(
         engine,
         actor_module,
         engine_name=name,
-        bucket_megabytes=int(rollout_config.get("update_weights_bucket_megabytes", 512)),
-        free_cache_engine=bool(rollout_config.get("free_cache_engine", True)),
+        bucket_megabytes=int(rollout_config.update_weights_bucket_megabytes),
+        free_cache_engine=bool(rollout_config.free_cache_engine),
     )
 
 

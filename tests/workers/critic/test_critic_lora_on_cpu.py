@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 from config_testlib import compose_config, compose_section
+from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
 from tests.workers.fsdp_workers_testlib import RESPONSE_LEN as R
@@ -193,7 +194,10 @@ def test_value_head_trains_in_full_whatever_the_targets(tiny_model_dir, targets,
     from hybridrl.workers.engine.lora import apply_value_lora, lora_scalings
 
     module, _ = load_hf_model(tiny_model_dir, kind="token_classification", torch_dtype=torch.float32)
-    config = compose_section("critic.model", lora_rank=4, lora_alpha=8, target_modules=targets, exclude_modules=exclude)
+    config = OmegaConf.create(  # critic.model has no exclude_modules in the YAML: a literal section
+        {"lora_rank": 4, "lora_alpha": 8, "target_modules": targets, "exclude_modules": exclude,
+         "enable_gradient_checkpointing": False}
+    )
     peft_model = apply_value_lora(module, config)
     scalings = lora_scalings(peft_model)
     assert len(scalings) == expected_lora and not any("score" in path for path in scalings)

@@ -19,11 +19,12 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.batch_plan import PolicyWorkerPlan
 from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config.worker_plan import standalone_batch_plan
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
-from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager
 from hybridrl.workers.worker_common import (
     ModelSpec,
@@ -36,11 +37,6 @@ from hybridrl.workers.worker_common import (
 __all__ = ["ActorRolloutRefWorker"]
 
 
-def _times(value: Any, factor: int) -> Any:
-    """verl scales token budgets by the SP size: a group packs ``sp ×`` the tokens of one rank."""
-    return value * factor if isinstance(value, int) else value
-
-
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
 
@@ -48,12 +44,15 @@ class ActorRolloutRefWorker(Worker):
     """Policy worker (verl 0.5 API).
 
     Args:
-        config: the ``actor_rollout_ref`` section (verl keys); copied and resolved, then batch sizes are
-            normalised per rank (``actor.ppo_mini_batch_size *= rollout.n; //= world_size``).
+        config: the ``actor_rollout_ref`` section (verl keys); copied, resolved, keys it lacks filled from the
+            YAML. It is not modified afterwards.
         role: one of :data:`ROLES`.
+        plan: the driver's batch plan for this worker (per-rank mini/micro sizes, log-prob micro-batches, the
+            LR horizon); None (a worker built by user code) computes it from ``config`` and this worker
+            group's size, as verl's worker normalises its section.
     """
 
-    def __init__(self, config: Any, role: str) -> None:
+    def __init__(self, config: Any, role: str, plan: PolicyWorkerPlan | None = None) -> None:
         super().__init__()
         if role not in ROLES:
             raise ValueError(f"ActorRolloutRefWorker role={role!r} is not one of {ROLES}.")
@@ -65,13 +64,11 @@ class ActorRolloutRefWorker(Worker):
         self._is_lora = engine.lora_enabled(self.config.model)
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
+        self.plan = plan if plan is not None else self._standalone_plan(world_size)
         if self._is_actor:
-            rollout_n = int(self.config.rollout.n)
-            normalize_actor_batch_sizes(self.config.actor, rollout_n, world_size, "actor_rollout_ref.actor")
-        if self._is_actor or self._is_rollout:
-            normalize_log_prob_batch_sizes(self.config.rollout, world_size, "actor_rollout_ref.rollout")
+            self.plan.old_log_prob.require("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
         if self._is_ref or (self._is_lora and self._is_actor):
-            normalize_log_prob_batch_sizes(self.config.ref, world_size, "actor_rollout_ref.ref")
+            self.plan.ref_log_prob.require("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(self._build_sp_group())
         self.actor_module: Any = None
         self.actor_optimizer: torch.optim.Optimizer | None = None
@@ -80,6 +77,15 @@ class ActorRolloutRefWorker(Worker):
         self._checkpoint_manager: Any = None
 
     # ------------------------------------------------------------------ build
+
+    def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
+        """The plan of a worker built without one: this group is the world; its sections' batch checks raise."""
+        checked = []
+        if self._is_actor:
+            checked += ["actor_rollout_ref.actor.", "actor_rollout_ref.rollout.log_prob"]
+        if self._is_ref or (self._is_lora and self._is_actor):
+            checked.append("actor_rollout_ref.ref.log_prob")
+        return standalone_batch_plan(self.config, "actor_rollout_ref", world_size, checked).policy_worker_plan()
 
     def _build_sp_group(self) -> Any:
         """Ulysses SP group when ``ulysses_sequence_parallel_size > 1`` (actor's; the ref must agree)."""
@@ -142,13 +148,18 @@ class ActorRolloutRefWorker(Worker):
         self.actor_module, self.hf_config = build_fsdp_module(spec, self._device_name)
         if self._is_actor:
             self.actor_optimizer = engine.build_optimizer(self.actor_module, actor_config.optim)
-            self.actor_lr_scheduler = engine.build_lr_scheduler(self.actor_optimizer, actor_config.optim)
+            self.actor_lr_scheduler = engine.build_lr_scheduler(
+                self.actor_optimizer, actor_config.optim, self.plan.total_training_steps
+            )
         self.actor = DataParallelPPOActor(
             actor_config,
             self.actor_module,
             self.actor_optimizer,
             use_remove_padding=use_remove_padding,
             enable_activation_offload=bool(self.config.model.enable_activation_offload),
+            update=self.plan.actor,
+            log_prob=self.plan.old_log_prob,
+            temperature=float(self.config.rollout.temperature),
         )
         self._offload_actor(optimizer_too=True)
 
@@ -161,7 +172,13 @@ class ActorRolloutRefWorker(Worker):
         self.ref_module, ref_hf_config = build_fsdp_module(spec, self._device_name)
         if not (self._is_actor or self._is_rollout):
             self.hf_config = ref_hf_config
-        self.ref_policy = DataParallelPPOActor(ref_config, self.ref_module, use_remove_padding=use_remove_padding)
+        self.ref_policy = DataParallelPPOActor(
+            ref_config,
+            self.ref_module,
+            use_remove_padding=use_remove_padding,
+            log_prob=self.plan.ref_log_prob,
+            temperature=float(self.config.rollout.temperature),
+        )
 
     # ------------------------------------------------------------------ offload helpers
 
@@ -198,20 +215,13 @@ class ActorRolloutRefWorker(Worker):
         """``old_log_probs [B, R]`` and ``entropys [B, R]`` under the current actor (rollout.log_prob_* sizes)."""
         if not self._is_actor:
             raise RuntimeError(f"compute_log_prob needs an actor role; this worker has role={self.role!r}.")
-        rollout = self.config.rollout
         data = self.ulysses.preprocess_data(data.to(current_device()))
-        data.meta_info.update(
-            micro_batch_size=rollout.get("log_prob_micro_batch_size_per_gpu"),
-            max_token_len=_times(rollout.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(rollout.log_prob_use_dynamic_bsz),
-            temperature=rollout.temperature,
-        )
         with self._actor_on_device(with_optimizer=False):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
         self._reshard_fsdp1_root()
         output = DataProto.from_dict(
             tensors={"old_log_probs": log_probs, "entropys": entropys},
-            meta_info={"temperature": data.meta_info["temperature"]},
+            meta_info={"temperature": self.config.rollout.temperature},
         )
         return self.ulysses.postprocess_data(output).to("cpu")
 
@@ -232,17 +242,10 @@ class ActorRolloutRefWorker(Worker):
         use_actor_as_ref = self._is_lora and self._is_actor
         if not (self._is_ref or use_actor_as_ref):
             raise RuntimeError(f"compute_ref_log_prob needs a ref role; this worker has role={self.role!r}.")
-        ref = self.config.ref
         data = self.ulysses.preprocess_data(data.to(current_device()))
-        data.meta_info.update(
-            micro_batch_size=ref.get("log_prob_micro_batch_size_per_gpu"),
-            max_token_len=_times(ref.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(ref.log_prob_use_dynamic_bsz),
-            temperature=self.config.rollout.temperature,
-        )
         if use_actor_as_ref:
             with self._actor_on_device(with_optimizer=False), engine.disable_adapter(self.actor_module):
-                log_probs, _ = self.actor.compute_log_prob(data, calculate_entropy=False)
+                log_probs, _ = self.actor.compute_log_prob(data, False, micro_batching=self.plan.ref_log_prob)
             self._reshard_fsdp1_root()
         else:
             log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
@@ -254,7 +257,6 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
         data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
-        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
         with self._actor_on_device(with_optimizer=True):
             metrics: dict[str, Any] = self.actor.update_policy(data)
             metrics.update(memory_metrics())

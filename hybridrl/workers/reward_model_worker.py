@@ -19,7 +19,9 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.batch_plan import ForwardPlan
 from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config.worker_plan import standalone_batch_plan
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.utils.padding import pack_sequences
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, postprocess_data
@@ -27,7 +29,6 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_packed_all_positions, restore_order, split_micro_batches
-from hybridrl.workers.config_utils import normalize_reward_model_batch_sizes
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 from hybridrl.workers.worker_common import ModelSpec, build_fsdp_module, init_worker_distributed
 
@@ -55,14 +56,17 @@ class RewardModelWorker(Worker):
     Args:
         config: the ``reward_model`` section (verl keys). ``ulysses_sequence_parallel_size > 1`` (with
             ``model.use_remove_padding``) slices each packed sequence over an SP group, as the actor and critic.
+        plan: the driver's micro-batching of the scoring pass; None computes it from ``config`` and this group.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, plan: ForwardPlan | None = None) -> None:
         super().__init__()
         self.config = section_with_defaults(config, "reward_model")
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
-        normalize_reward_model_batch_sizes(self.config, world_size)
+        if plan is None:
+            plan = standalone_batch_plan(self.config, "reward_model", world_size, ["reward_model."]).reward_model
+        self.plan = plan.require("reward_model.micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "reward_model"))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -154,9 +158,9 @@ class RewardModelWorker(Worker):
             rm_data = data.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
         micro_batches, order = split_micro_batches(
             rm_data.batch,
-            self.config.get("micro_batch_size_per_gpu"),
-            bool(self.config.use_dynamic_bsz),
-            sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
+            self.plan.micro_batch_per_rank,
+            self.plan.use_dynamic_bsz,
+            sp_token_budget(self.plan.token_budget_per_rank, self.ulysses.sp_size),
         )
         scores = torch.cat([self._forward_micro_batch(micro) for micro in micro_batches])
         scores = restore_order(scores, order)

@@ -41,6 +41,9 @@ class DPOActorRolloutRefWorker(ActorRolloutRefWorker):
             self.actor_optimizer,
             use_remove_padding=use_remove_padding,
             enable_activation_offload=bool(self.config.model.enable_activation_offload),
+            update=self.plan.actor,
+            log_prob=self.plan.old_log_prob,
+            temperature=float(self.config.rollout.temperature),
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -54,7 +57,6 @@ class DPOActorRolloutRefWorker(ActorRolloutRefWorker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor_dpo needs an actor role; this worker has role={self.role!r}.")
         data = data.to(current_device())
-        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
         num_pairs_per_rank = float(data.meta_info["dpo_num_pairs"]) / self.world_size
         with self._actor_on_device(with_optimizer=True):
             assert isinstance(self.actor, DataParallelDPOActor)  # set by _build_actor

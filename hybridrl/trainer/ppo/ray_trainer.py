@@ -24,7 +24,7 @@ import os
 import warnings
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
@@ -35,6 +35,7 @@ from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_thro
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
 from hybridrl.trainer.ppo.stages import StageError, StagesMixin
 from hybridrl.trainer.ppo.validation import ValidationMixin
+from hybridrl.utils.config import compute_batch_plan, format_batch_plan
 from hybridrl.utils.config.defaults import with_defaults
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
@@ -103,26 +104,9 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
                 f"data.train_files has {len(train_dataset)} prompts, fewer than data.train_batch_size={batch_size}: "
                 "lower data.train_batch_size or add data"
             )
-        total = len(self.train_dataloader) * self.config.trainer.total_epochs
-        if self.config.trainer.get("total_training_steps") is not None:
-            total = self.config.trainer.total_training_steps
-        self.total_training_steps = total
-        self._print_batch_plan(len(train_dataset))
-        with open_dict(self.config):
-            self.config.actor_rollout_ref.actor.optim.total_training_steps = total
-            if self.use_critic:
-                self.config.critic.optim.total_training_steps = total
-
-    def _print_batch_plan(self, dataset_len: int) -> None:
-        """The start-up batch plan again, now with steps per epoch and total steps filled in."""
-        from hybridrl.utils.config import compute_batch_plan, format_batch_plan, with_dataset_len
-
-        try:
-            plan = with_dataset_len(compute_batch_plan(self.config), self.config, dataset_len)
-            print(format_batch_plan(plan), flush=True)
-        except Exception as error:  # the plan is informative only; the run was validated before Ray started
-            print(f"[trainer] {len(self.train_dataloader)} steps per epoch, {self.total_training_steps} "
-                  f"training steps (batch plan unavailable: {error})", flush=True)
+        self.batch_plan = compute_batch_plan(self.config, len(train_dataset))  # once; each worker gets its part
+        self.total_training_steps = self.batch_plan.total_steps
+        print(format_batch_plan(self.batch_plan), flush=True)
 
     def init_workers(self) -> None:
         """Create one colocated worker group per resource pool, then ``init_model`` (actor last, as verl)."""
@@ -135,13 +119,14 @@ class RayPPOTrainer(StagesMixin, ValidationMixin, CheckpointMixin):
             class_dicts.setdefault(pool, {})[str(key)] = cls
 
         actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
-        add(actor_role, config=self.config.actor_rollout_ref, role=str(actor_role))
+        policy_plan = self.batch_plan.policy_worker_plan()
+        add(actor_role, config=self.config.actor_rollout_ref, role=str(actor_role), plan=policy_plan)
         if self.use_critic:
-            add(Role.Critic, config=self.config.critic)
+            add(Role.Critic, config=self.config.critic, plan=self.batch_plan.critic_worker_plan())
         if self.use_reference_policy and not self.ref_in_actor and actor_role != Role.ActorRolloutRef:
-            add(Role.RefPolicy, config=self.config.actor_rollout_ref, role="ref")
+            add(Role.RefPolicy, config=self.config.actor_rollout_ref, role="ref", plan=policy_plan)
         if self.use_rm:
-            add(Role.RewardModel, config=self.config.reward_model)
+            add(Role.RewardModel, config=self.config.reward_model, plan=self.batch_plan.reward_model)
 
         all_wg: dict[str, Any] = {}
         pools = getattr(self.resource_pool_manager, "resource_pool_dict", {})

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.utils.config.loading import load_config
 
-__all__ = ["section_with_defaults", "with_defaults"]
+__all__ = ["section_with_defaults", "tree_with_section", "with_defaults"]
 
 
 @functools.cache
@@ -45,6 +45,14 @@ def with_defaults(config: DictConfig | Mapping[str, Any], name: str = "ppo_train
     return merged
 
 
+def tree_with_section(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:
+    """The shipped tree of ``<name>.yaml`` (not struct) with ``section`` merged in at dotted ``path``, resolved."""
+    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
+    tree = _shipped_copy(name)
+    OmegaConf.update(tree, path, values, merge=True)
+    return tree
+
+
 def section_with_defaults(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:
     """The section at dotted ``path`` of ``<name>.yaml``, overlaid with ``section``: resolved, detached, writable.
 
@@ -56,10 +64,7 @@ def section_with_defaults(section: Any, path: str, name: str = "ppo_trainer") ->
     Interpolations of the section resolve against the user's tree when ``section`` is part of one, and
     the keys it lacks take their YAML values (interpolated against the shipped defaults of other sections).
     """
-    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
-    tree = _shipped_copy(name)
-    OmegaConf.update(tree, path, values, merge=True)
-    node = OmegaConf.select(tree, path)
+    node = OmegaConf.select(tree_with_section(section, path, name), path)
     filled = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
     assert isinstance(filled, DictConfig)
     return filled

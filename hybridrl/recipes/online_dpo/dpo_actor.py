@@ -102,7 +102,7 @@ class DataParallelDPOActor(DataParallelPPOActor):
         if len(data) % 2:
             raise ValueError(f"update_policy_dpo: a rank got {len(data)} rows; pairs need an even count per rank")
         hyper = DPOHyperParams.from_meta(data.meta_info)
-        temperature = data.meta_info["temperature"]
+        temperature = self._call_temperature(data.meta_info)
         batch = data.select(batch_keys=DPO_UPDATE_KEYS).batch
         micro_rows = dpo_micro_rows(self.config, batch["input_ids"].shape[-1])
         self.actor_module.train()

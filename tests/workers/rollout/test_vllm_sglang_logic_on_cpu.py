@@ -32,7 +32,7 @@ def test_build_engine_kwargs_from_verl_keys():
     assert "gpu_memory_utilization" not in kwargs  # CPU engine
     gpu = build_engine_kwargs(
         rollout_config(name="vllm", tensor_model_parallel_size=2),
-        {"path": "/m"},
+        model_config("/m"),
         _HFConfig(),
         device_name="cuda",
         follows_actor=False,
@@ -71,7 +71,7 @@ def test_sglang_engine_kwargs_and_sampling():
     from hybridrl.workers.rollout.sglang_rollout import to_sglang_sampling_params
 
     cfg = rollout_config(name="sglang", engine_kwargs={"sglang": {"attention_backend": None}})
-    kwargs = sglang_kwargs(cfg, {"path": "/m"}, follows_actor=True, seed=1)
+    kwargs = sglang_kwargs(cfg, model_config("/m"), follows_actor=True, seed=1)
     assert kwargs["model_path"] == "/m" and kwargs["load_format"] == "dummy" and kwargs["context_length"] == 40
     assert "attention_backend" not in kwargs
     params = resolve_sampling_params(rollout_config(), {"do_sample": False}, eos_token_ids=[2], pad_token_id=3)

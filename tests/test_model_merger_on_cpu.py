@@ -7,7 +7,7 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 from safetensors import safe_open
 
 from hybridrl import model_merger
@@ -20,7 +20,7 @@ from hybridrl.workers.engine import (
     load_hf_model,
 )
 
-FSDP_CONFIG = OmegaConf.create({"reshard_after_forward": True, "fsdp_size": -1, "wrap_policy": {"min_num_params": 0}})
+FSDP_CONFIG = compose_section("actor_rollout_ref.actor.fsdp_config")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +41,7 @@ def _trained_checkpoint(model_dir, path, kind="causal_lm", strategy="fsdp2"):
     """Wrap, take one optimizer step, save; return the trained module."""
     module, _ = load_hf_model(model_dir, kind=kind)
     module = apply_fsdp(module, FSDP_CONFIG, strategy=strategy)
-    optimizer = build_optimizer(module, OmegaConf.create({"lr": 1e-2}))
+    optimizer = build_optimizer(module, compose_section("actor_rollout_ref.actor.optim", lr=1e-2))
     ids = torch.randint(4, 500, (2, 10), generator=torch.Generator().manual_seed(0))
     out = module(input_ids=ids)
     out.logits.float().pow(2).mean().backward()

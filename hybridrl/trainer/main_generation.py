@@ -67,7 +67,7 @@ def build_rollout_worker_group(config: DictConfig):
     from hybridrl.utils.ray_utils import init_ray
     from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
 
-    device = config.trainer.get("device", "cuda")
+    device = config.trainer.device
     init_ray(config.get("ray_init"), device, env_vars={"HYBRIDRL_DEVICE": device, "TOKENIZERS_PARALLELISM": "false"})
     pool = RayResourcePool(
         process_on_nodes=[int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),

@@ -15,26 +15,22 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from omegaconf import open_dict
 
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.batch_plan import PolicyWorkerPlan
+from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config.worker_plan import standalone_batch_plan
 from hybridrl.utils.device import current_device, get_device_name, memory_metrics
 from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
-from hybridrl.workers.config_utils import normalize_actor_batch_sizes, normalize_log_prob_batch_sizes, resolved_copy
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
 from hybridrl.workers.sharding_manager import build_rollout_handle
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, build_sp_group
 
 __all__ = ["ActorRolloutRefWorker"]
-
-
-def _times(value: Any, factor: int) -> Any:
-    """verl scales token budgets by the SP size: a group packs ``sp ×`` the tokens of one rank."""
-    return value * factor if isinstance(value, int) else value
 
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
@@ -44,16 +40,19 @@ class ActorRolloutRefWorker(Worker):
     """Policy worker (verl 0.5 API).
 
     Args:
-        config: the ``actor_rollout_ref`` section (verl keys); copied and resolved, then batch sizes are
-            normalised per rank (``actor.ppo_mini_batch_size *= rollout.n; //= world_size``).
+        config: the ``actor_rollout_ref`` section (verl keys); copied, resolved, keys it lacks filled from the
+            YAML. It is not modified afterwards.
         role: one of :data:`ROLES`.
+        plan: the driver's batch plan for this worker (per-rank mini/micro sizes, log-prob micro-batches, the
+            LR horizon); None (a worker built by user code) computes it from ``config`` and this worker
+            group's size, as verl's worker normalises its section.
     """
 
-    def __init__(self, config: Any, role: str) -> None:
+    def __init__(self, config: Any, role: str, plan: PolicyWorkerPlan | None = None) -> None:
         super().__init__()
         if role not in ROLES:
             raise ValueError(f"ActorRolloutRefWorker role={role!r} is not one of {ROLES}.")
-        self.config = resolved_copy(config)
+        self.config = section_with_defaults(config, "actor_rollout_ref")
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
@@ -61,13 +60,11 @@ class ActorRolloutRefWorker(Worker):
         self._is_lora = engine.lora_enabled(self.config.model)
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
+        self.plan = plan if plan is not None else self._standalone_plan(world_size)
         if self._is_actor:
-            rollout_n = int(self.config.rollout.get("n", 1) or 1)
-            normalize_actor_batch_sizes(self.config.actor, rollout_n, world_size, "actor_rollout_ref.actor")
-        if self._is_actor or self._is_rollout:
-            normalize_log_prob_batch_sizes(self.config.rollout, world_size, "actor_rollout_ref.rollout")
+            self.plan.old_log_prob.require("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
         if self._is_ref or (self._is_lora and self._is_actor):
-            normalize_log_prob_batch_sizes(self.config.ref, world_size, "actor_rollout_ref.ref")
+            self.plan.ref_log_prob.require("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(self._build_sp_group())
         self.actor_module: Any = None
         self.actor_optimizer: torch.optim.Optimizer | None = None
@@ -77,10 +74,19 @@ class ActorRolloutRefWorker(Worker):
 
     # ------------------------------------------------------------------ build
 
+    def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
+        """The plan of a worker built without one: this group is the world; its sections' batch checks raise."""
+        checked = []
+        if self._is_actor:
+            checked += ["actor_rollout_ref.actor.", "actor_rollout_ref.rollout.log_prob"]
+        if self._is_ref or (self._is_lora and self._is_actor):
+            checked.append("actor_rollout_ref.ref.log_prob")
+        return standalone_batch_plan(self.config, "actor_rollout_ref", world_size, checked).policy_worker_plan()
+
     def _build_sp_group(self) -> Any:
         """Ulysses SP group when ``ulysses_sequence_parallel_size > 1`` (actor's; the ref must agree)."""
         sizes = {
-            section: int(self.config[section].get("ulysses_sequence_parallel_size", 1) or 1)
+            section: int(self.config[section].ulysses_sequence_parallel_size or 1)
             for section, active in (("actor", self._is_actor), ("ref", self._is_ref))
             if active
         }
@@ -91,7 +97,7 @@ class ActorRolloutRefWorker(Worker):
             raise ValueError(
                 f"actor_rollout_ref.actor/ref.ulysses_sequence_parallel_size differ ({sizes}) in one worker; set them equal."
             )
-        if not self.config.model.get("use_remove_padding", False):
+        if not self.config.model.use_remove_padding:
             raise ValueError(
                 "ulysses_sequence_parallel_size > 1 needs actor_rollout_ref.model.use_remove_padding=True (as in verl)."
             )
@@ -103,10 +109,10 @@ class ActorRolloutRefWorker(Worker):
         model_config = self.config.model
         self.tokenizer = engine.build_tokenizer(
             model_config.get("tokenizer_path") or model_config.path,
-            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            trust_remote_code=bool(model_config.trust_remote_code),
             custom_chat_template=model_config.get("custom_chat_template"),
         )
-        use_remove_padding = bool(model_config.get("use_remove_padding", False))
+        use_remove_padding = bool(model_config.use_remove_padding)
         if self._is_actor or self._is_rollout:
             self._build_actor(use_remove_padding)
         if self._is_rollout:
@@ -126,7 +132,7 @@ class ActorRolloutRefWorker(Worker):
         spec = ModelSpec(
             self.config.model,
             actor_config.fsdp_config,
-            actor_config.get("strategy", "fsdp2"),
+            actor_config.strategy,
             "causal_lm",
             True,
             sp_group=self.ulysses.group,
@@ -134,31 +140,43 @@ class ActorRolloutRefWorker(Worker):
         self.actor_module, self.hf_config = build_fsdp_module(spec, self._device_name)
         if self._is_actor:
             self.actor_optimizer = engine.build_optimizer(self.actor_module, actor_config.optim)
-            self.actor_lr_scheduler = engine.build_lr_scheduler(self.actor_optimizer, actor_config.optim)
-        with open_dict(actor_config):  # verl copies the model-level switches into the actor section
-            actor_config.use_remove_padding = use_remove_padding
-            actor_config.enable_activation_offload = bool(self.config.model.get("enable_activation_offload", False))
-        self.actor = DataParallelPPOActor(actor_config, self.actor_module, self.actor_optimizer)
+            self.actor_lr_scheduler = engine.build_lr_scheduler(
+                self.actor_optimizer, actor_config.optim, self.plan.total_training_steps
+            )
+        self.actor = DataParallelPPOActor(
+            actor_config,
+            self.actor_module,
+            self.actor_optimizer,
+            use_remove_padding=use_remove_padding,
+            enable_activation_offload=bool(self.config.model.enable_activation_offload),
+            update=self.plan.actor,
+            log_prob=self.plan.old_log_prob,
+            temperature=float(self.config.rollout.temperature),
+        )
         self._offload_actor(optimizer_too=True)
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
-        strategy = ref_config.get("strategy") or self.config.actor.get("strategy", "fsdp2")
+        strategy = ref_config.get("strategy") or self.config.actor.strategy
         spec = ModelSpec(
             self.config.model, ref_config.get("fsdp_config", {}), strategy, "causal_lm", False, self.ulysses.group
         )
         self.ref_module, ref_hf_config = build_fsdp_module(spec, self._device_name)
         if not (self._is_actor or self._is_rollout):
             self.hf_config = ref_hf_config
-        with open_dict(ref_config):
-            ref_config.use_remove_padding = use_remove_padding
-        self.ref_policy = DataParallelPPOActor(ref_config, self.ref_module)
+        self.ref_policy = DataParallelPPOActor(
+            ref_config,
+            self.ref_module,
+            use_remove_padding=use_remove_padding,
+            log_prob=self.plan.ref_log_prob,
+            temperature=float(self.config.rollout.temperature),
+        )
 
     # ------------------------------------------------------------------ offload helpers
 
     def _actor_fsdp_flags(self) -> tuple[bool, bool]:
         fsdp_config = self.config.actor.fsdp_config
-        return bool(fsdp_config.get("param_offload", False)), bool(fsdp_config.get("optimizer_offload", False))
+        return bool(fsdp_config.param_offload), bool(fsdp_config.optimizer_offload)
 
     def _offload_actor(self, optimizer_too: bool) -> None:
         param_offload, optimizer_offload = self._actor_fsdp_flags()
@@ -189,20 +207,13 @@ class ActorRolloutRefWorker(Worker):
         """``old_log_probs [B, R]`` and ``entropys [B, R]`` under the current actor (rollout.log_prob_* sizes)."""
         if not self._is_actor:
             raise RuntimeError(f"compute_log_prob needs an actor role; this worker has role={self.role!r}.")
-        rollout = self.config.rollout
         data = self.ulysses.preprocess_data(data.to(current_device()))
-        data.meta_info.update(
-            micro_batch_size=rollout.get("log_prob_micro_batch_size_per_gpu"),
-            max_token_len=_times(rollout.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
-            temperature=rollout.get("temperature", 1.0),
-        )
         with self._actor_on_device(with_optimizer=False):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
         self._reshard_fsdp1_root()
         output = DataProto.from_dict(
             tensors={"old_log_probs": log_probs, "entropys": entropys},
-            meta_info={"temperature": data.meta_info["temperature"]},
+            meta_info={"temperature": self.config.rollout.temperature},
         )
         return self.ulysses.postprocess_data(output).to("cpu")
 
@@ -223,17 +234,10 @@ class ActorRolloutRefWorker(Worker):
         use_actor_as_ref = self._is_lora and self._is_actor
         if not (self._is_ref or use_actor_as_ref):
             raise RuntimeError(f"compute_ref_log_prob needs a ref role; this worker has role={self.role!r}.")
-        ref = self.config.ref
         data = self.ulysses.preprocess_data(data.to(current_device()))
-        data.meta_info.update(
-            micro_batch_size=ref.get("log_prob_micro_batch_size_per_gpu"),
-            max_token_len=_times(ref.get("log_prob_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(ref.get("log_prob_use_dynamic_bsz", False)),
-            temperature=self.config.rollout.get("temperature", 1.0),
-        )
         if use_actor_as_ref:
             with self._actor_on_device(with_optimizer=False), engine.disable_adapter(self.actor_module):
-                log_probs, _ = self.actor.compute_log_prob(data, calculate_entropy=False)
+                log_probs, _ = self.actor.compute_log_prob(data, False, micro_batching=self.plan.ref_log_prob)
             self._reshard_fsdp1_root()
         else:
             log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
@@ -245,7 +249,6 @@ class ActorRolloutRefWorker(Worker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
         data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
-        data.meta_info.setdefault("temperature", self.config.rollout.get("temperature", 1.0))
         with self._actor_on_device(with_optimizer=True):
             metrics: dict[str, Any] = self.actor.update_policy(data)
             metrics.update(memory_metrics())

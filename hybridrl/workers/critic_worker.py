@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import open_dict
-
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.batch_plan import CriticWorkerPlan
+from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config.worker_plan import standalone_batch_plan
 from hybridrl.utils.device import current_device, get_device_name, memory_metrics
 from hybridrl.utils.distributed import init_worker_distributed
-from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
-from hybridrl.workers.config_utils import normalize_critic_batch_sizes, resolved_copy
 from hybridrl.workers.critic import DataParallelPPOCritic
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
@@ -29,8 +28,11 @@ class CriticWorker(Worker):
     """Value-model worker.
 
     Args:
-        config: the ``critic`` section (verl keys); copied, resolved and normalised per rank
-            (``ppo_mini_batch_size *= rollout_n; //= dp_size``, ``dp_size = world / ulysses_sequence_parallel_size``).
+        config: the ``critic`` section (verl keys); copied, resolved, keys it lacks filled from the YAML; not
+            modified afterwards.
+        plan: the driver's batch plan for the critic (per-rank mini/micro sizes, the value pass's micro-batches,
+            the LR horizon); None computes it from ``config`` and this group's size
+            (``mini per rank = ppo_mini_batch_size * rollout_n / dp``, ``dp = world / ulysses_sequence_parallel_size``).
 
     With ``ulysses_sequence_parallel_size = sp > 1`` the ``sp`` ranks of an SP group gather their chunks,
     each runs a ``1/sp`` slice of every packed sequence, and hands back its own rows (as the actor).
@@ -40,12 +42,15 @@ class CriticWorker(Worker):
     the optimizer. Checkpoints add ``lora_adapter/`` (adapters + head), as the actor's do.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, plan: CriticWorkerPlan | None = None) -> None:
         super().__init__()
-        self.config = resolved_copy(config)
+        self.config = section_with_defaults(config, "critic")
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
-        normalize_critic_batch_sizes(self.config, world_size, "critic")
+        if plan is None:
+            plan = standalone_batch_plan(self.config, "critic", world_size, ["critic."]).critic_worker_plan()
+        self.plan = plan
+        plan.values.require("critic.forward_micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "critic"))
         self._checkpoint_manager: Any = None
 
@@ -57,22 +62,29 @@ class CriticWorker(Worker):
         model_config = config.model
         self.tokenizer = engine.build_tokenizer(
             model_config.get("tokenizer_path") or model_config.path,
-            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            trust_remote_code=bool(model_config.trust_remote_code),
         )
         spec = ModelSpec(
             model_config,
             model_config.get("fsdp_config", {}),
-            config.get("strategy", "fsdp2"),
+            config.strategy,
             "token_classification",
             True,
             self.ulysses.group,
         )
         self.critic_module, self.hf_config = build_fsdp_module(spec, self._device_name)
         self.critic_optimizer = engine.build_optimizer(self.critic_module, config.optim)
-        self.critic_lr_scheduler = engine.build_lr_scheduler(self.critic_optimizer, config.optim)
-        with open_dict(config):
-            config.use_remove_padding = bool(model_config.get("use_remove_padding", False))
-        self.critic = DataParallelPPOCritic(config, self.critic_module, self.critic_optimizer)
+        self.critic_lr_scheduler = engine.build_lr_scheduler(
+            self.critic_optimizer, config.optim, self.plan.total_training_steps
+        )
+        self.critic = DataParallelPPOCritic(
+            config,
+            self.critic_module,
+            self.critic_optimizer,
+            use_remove_padding=bool(model_config.use_remove_padding),
+            update=self.plan.critic,
+            values=self.plan.values,
+        )
         if self._offload_flags()[0]:
             engine.offload_model(self.critic_module)
         if self._offload_flags()[1]:
@@ -80,7 +92,7 @@ class CriticWorker(Worker):
 
     def _offload_flags(self) -> tuple[bool, bool]:
         fsdp_config = self.config.model.get("fsdp_config", {})
-        return bool(fsdp_config.get("param_offload", False)), bool(fsdp_config.get("optimizer_offload", False))
+        return bool(fsdp_config.param_offload), bool(fsdp_config.optimizer_offload)
 
     def _on_device(self, with_optimizer: bool) -> Any:
         param_offload, optimizer_offload = self._offload_flags()
@@ -90,11 +102,6 @@ class CriticWorker(Worker):
     def compute_values(self, data: DataProto) -> DataProto:
         """``values [B, R]`` (zero outside the response), with ``forward_micro_batch_size_per_gpu``."""
         data = self.ulysses.preprocess_data(data.to(current_device()))
-        data.meta_info.update(
-            micro_batch_size=self.config.get("forward_micro_batch_size_per_gpu"),
-            max_token_len=sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
-            use_dynamic_bsz=bool(self.config.get("use_dynamic_bsz", False)),
-        )
         with self._on_device(with_optimizer=False):
             values = self.critic.compute_values(data)
         return self.ulysses.postprocess_data(DataProto.from_dict(tensors={"values": values})).to("cpu")

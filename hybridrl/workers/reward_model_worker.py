@@ -19,6 +19,9 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.batch_plan import ForwardPlan
+from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config.worker_plan import standalone_batch_plan
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.utils.padding import pack_sequences
@@ -27,7 +30,6 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_packed_all_positions, restore_order, split_micro_batches
-from hybridrl.workers.config_utils import normalize_reward_model_batch_sizes, resolved_copy
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 
@@ -55,21 +57,24 @@ class RewardModelWorker(Worker):
     Args:
         config: the ``reward_model`` section (verl keys). ``ulysses_sequence_parallel_size > 1`` (with
             ``model.use_remove_padding``) slices each packed sequence over an SP group, as the actor and critic.
+        plan: the driver's micro-batching of the scoring pass; None computes it from ``config`` and this group.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, plan: ForwardPlan | None = None) -> None:
         super().__init__()
-        self.config = resolved_copy(config)
+        self.config = section_with_defaults(config, "reward_model")
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
-        normalize_reward_model_batch_sizes(self.config, world_size)
+        if plan is None:
+            plan = standalone_batch_plan(self.config, "reward_model", world_size, ["reward_model."]).reward_model
+        self.plan = plan.require("reward_model.micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "reward_model"))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load the RM (``num_labels=1``, frozen) and its tokenizer; the policy's tokenizer too when they differ."""
         model_config = self.config.model
-        trust_remote_code = bool(model_config.get("trust_remote_code", False))
+        trust_remote_code = bool(model_config.trust_remote_code)
         input_tokenizer = model_config.get("input_tokenizer")
         self._switch_template = input_tokenizer is not None and str(input_tokenizer) != str(model_config.path)
         self.tokenizer = engine.build_tokenizer(model_config.path, trust_remote_code=trust_remote_code)
@@ -78,13 +83,13 @@ class RewardModelWorker(Worker):
         spec = ModelSpec(
             model_config,
             model_config.get("fsdp_config", {}),
-            self.config.get("strategy", "fsdp2"),
+            self.config.strategy,
             "token_classification",
             False,
             self.ulysses.group,
         )
         self.reward_module, _ = build_fsdp_module(spec, self._device_name)
-        self.use_remove_padding = bool(model_config.get("use_remove_padding", False))
+        self.use_remove_padding = bool(model_config.use_remove_padding)
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Score ``[B]``: the RM output at each sequence's last valid token."""
@@ -131,7 +136,8 @@ class RewardModelWorker(Worker):
                 max_length=max_length,
                 pad_token_id=self.tokenizer.pad_token_id,
                 left_pad=False,
-                truncation=self.config.get("truncation", "right"),
+                # not a key of the YAML's reward_model section: verl reads it with this default
+                truncation=self.config.get("truncation") or "right",
             )
             rows_ids.append(ids)
             rows_mask.append(mask)
@@ -153,9 +159,9 @@ class RewardModelWorker(Worker):
             rm_data = data.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
         micro_batches, order = split_micro_batches(
             rm_data.batch,
-            self.config.get("micro_batch_size_per_gpu"),
-            bool(self.config.get("use_dynamic_bsz", False)),
-            sp_token_budget(self.config.get("forward_max_token_len_per_gpu"), self.ulysses.sp_size),
+            self.plan.micro_batch_per_rank,
+            self.plan.use_dynamic_bsz,
+            sp_token_budget(self.plan.token_budget_per_rank, self.ulysses.sp_size),
         )
         scores = torch.cat([self._forward_micro_batch(micro) for micro in micro_batches])
         scores = restore_order(scores, order)

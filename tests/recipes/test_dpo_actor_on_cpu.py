@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.algos.dpo_losses import sequence_log_prob, split_pairs
 from hybridrl.protocol import DataProto
@@ -26,16 +26,12 @@ def causal_lm(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
 
 
-def _config(**overrides):
-    base = {
-        "ppo_micro_batch_size_per_gpu": 4,
-        "use_dynamic_bsz": False,
-        "ppo_max_token_len_per_gpu": 64,
-        "ppo_epochs": 1,
-        "grad_clip": 1.0,
-        "use_remove_padding": False,
-    }
-    return OmegaConf.create({**base, **overrides})
+def _config(use_remove_padding: bool = False, **overrides):
+    """The shipped actor section (micro-batch 4, a 64-token budget); ``use_remove_padding`` as the worker copies it."""
+    values = {"ppo_micro_batch_size_per_gpu": 4, "ppo_max_token_len_per_gpu": 64, **overrides}
+    section = compose_section("actor_rollout_ref.actor", **values)
+    section.use_remove_padding = use_remove_padding
+    return section
 
 
 def _pair_batch(num_pairs: int, weights: list[float] | None = None, seed: int = 0) -> DataProto:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from config_testlib import compose_section
 
 from hybridrl.utils import ulysses
 from tests.workers.engine.engine_testlib import run_ranks
@@ -115,7 +116,7 @@ def _worker_checks(rank: int, model_dir: str) -> dict:
 
 
 def _sp_config(model_dir: str, *extra: str):
-    from hybridrl.utils.config import compose_config
+    from config_testlib import compose_config
 
     return compose_config(
         "ppo_trainer",
@@ -264,12 +265,10 @@ def test_reward_model_sp2_matches_single_rank(tiny_model_dir):
 
 
 def test_critic_worker_refuses_sp_without_remove_padding():
-    from omegaconf import OmegaConf
-
     from hybridrl.workers.sharding_manager.fsdp_ulysses import sp_group_from_config
 
     def critic(sp: int):
-        return OmegaConf.create({"ulysses_sequence_parallel_size": sp, "model": {"use_remove_padding": False}})
+        return compose_section("critic", ulysses_sequence_parallel_size=sp)
 
     assert sp_group_from_config(critic(1), "critic") is None  # no SP: nothing to check, no group
     with pytest.raises(ValueError, match="critic.model.use_remove_padding=True"):

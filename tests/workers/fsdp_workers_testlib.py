@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from config_testlib import compose_config
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config import compose_config
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 PROMPT_LEN, RESPONSE_LEN = 6, 5

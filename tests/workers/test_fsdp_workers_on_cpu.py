@@ -39,13 +39,14 @@ def test_methods_are_registered_as_verl(tiny_model_dir):
     assert mode(RewardModelWorker, "compute_rm_score") == Dispatch.DP_COMPUTE_PROTO
 
 
-def test_actor_config_is_normalised_per_rank(tiny_model_dir):
+def test_actor_plan_is_per_rank_and_config_untouched(tiny_model_dir):
     from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
 
     cfg = ppo_config(tiny_model_dir, "actor_rollout_ref.rollout.n=2")
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
-    assert worker.config.actor.ppo_mini_batch_size == 8  # 4 prompts × n=2 ÷ 1 rank
+    assert worker.plan.actor.mini_batch_samples_per_rank == 8  # 4 prompts × n=2 ÷ 1 rank
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 4  # the caller's config is untouched
+    assert worker.config.actor.ppo_mini_batch_size == 4  # and so is the worker's: sizes live in the plan
     bad = ppo_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3")
     with pytest.raises(ValueError, match="ppo_micro_batch_size_per_gpu"):
         ActorRolloutRefWorker(bad.actor_rollout_ref, role="actor")

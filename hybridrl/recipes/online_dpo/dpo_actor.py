@@ -63,7 +63,7 @@ class DPOHyperParams:
 def dpo_micro_rows(config: Any, sequence_length: int) -> int:
     """Rows per micro-batch, even so pairs stay whole: ``ppo_micro_batch_size_per_gpu`` rounded down to even
     (at least 2); with ``use_dynamic_bsz`` the token budget ``ppo_max_token_len_per_gpu // S`` instead."""
-    if config.get("use_dynamic_bsz", False):
+    if config.use_dynamic_bsz:
         rows = int(config.get("ppo_max_token_len_per_gpu") or 0) // max(sequence_length, 1)
     else:
         rows = config.get("ppo_micro_batch_size_per_gpu")
@@ -106,12 +106,12 @@ class DataParallelDPOActor(DataParallelPPOActor):
         if len(data) % 2:
             raise ValueError(f"update_policy_dpo: a rank got {len(data)} rows; pairs need an even count per rank")
         hyper = DPOHyperParams.from_meta(data.meta_info)
-        temperature = data.meta_info["temperature"]
+        temperature = self._call_temperature(data.meta_info)
         batch = data.select(batch_keys=DPO_UPDATE_KEYS).batch
         micro_rows = dpo_micro_rows(self.config, batch["input_ids"].shape[-1])
         self.actor_module.train()
         metrics: dict[str, list[float]] = {}
-        for _ in range(self.config.get("ppo_epochs", 1)):
+        for _ in range(self.config.ppo_epochs):
             self.actor_optimizer.zero_grad()
             seen: list[torch.Tensor] = []  # [b, 3]: policy logp, reference logp, weight per row
             for micro_batch in batch.split(micro_rows):

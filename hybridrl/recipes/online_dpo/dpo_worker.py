@@ -34,7 +34,16 @@ class DPOActorRolloutRefWorker(ActorRolloutRefWorker):
     def _build_actor(self, use_remove_padding: bool) -> None:
         super()._build_actor(use_remove_padding)
         # same module and optimizer, a DPO update on top of the PPO actor's forward and micro-batching
-        self.actor = DataParallelDPOActor(self.config.actor, self.actor_module, self.actor_optimizer)
+        self.actor = DataParallelDPOActor(
+            self.config.actor,
+            self.actor_module,
+            self.actor_optimizer,
+            use_remove_padding=use_remove_padding,
+            enable_activation_offload=bool(self.config.model.enable_activation_offload),
+            update=self.plan.actor,
+            log_prob=self.plan.old_log_prob,
+            temperature=float(self.config.rollout.temperature),
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor_dpo(self, data: DataProto) -> DataProto:
@@ -47,7 +56,6 @@ class DPOActorRolloutRefWorker(ActorRolloutRefWorker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor_dpo needs an actor role; this worker has role={self.role!r}.")
         data = data.to(current_device())
-        data.meta_info.setdefault("temperature", self.config.rollout.get("temperature", 1.0))
         num_pairs_per_rank = float(data.meta_info["dpo_num_pairs"]) / self.world_size
         with self._actor_on_device(with_optimizer=True):
             assert isinstance(self.actor, DataParallelDPOActor)  # set by _build_actor

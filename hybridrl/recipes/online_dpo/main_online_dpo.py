@@ -65,7 +65,7 @@ def dpo_problems(config: DictConfig, min_responses: int) -> list[ConfigProblem]:
             "DPO has no reward-based advantage to penalise.",
             "set algorithm.use_kl_in_reward=False (beta ties the policy to the reference).",
         )
-    lora_rank = config.actor_rollout_ref.model.get("lora_rank", 0) or 0
+    lora_rank = config.actor_rollout_ref.model.lora_rank
     if lora_rank > 0 and (config.trainer.get("ref_update_freq", -1) or -1) > 0:
         add(
             "trainer.ref_update_freq",

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
-from hybridrl.algos.kl import KLController
 from hybridrl.trainer.ppo.metric_utils import compute_data_metrics
 from hybridrl.trainer.ppo.stages import StepSettings
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups

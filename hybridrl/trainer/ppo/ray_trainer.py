@@ -43,7 +43,7 @@ import warnings
 from dataclasses import replace
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
@@ -59,6 +59,8 @@ from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StageError, StepSettings, timed
 from hybridrl.trainer.ppo.validation import Validator, decode_responses, dump_generations
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups, actor_role, create_worker_groups, critic_has_own_pool
+from hybridrl.utils.config import compute_batch_plan, format_batch_plan
+from hybridrl.utils.config.defaults import with_defaults
 from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
@@ -107,7 +109,7 @@ class RayPPOTrainer:
                  processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
                  collate_fn=None, train_sampler=None, device_name: str | None = None, *,
                  batch_collector: BatchCollector | None = None, update_stage: UpdateStage | None = None):
-        self.config = config
+        self.config = config = with_defaults(config)  # a config that predates a key gets the YAML's value
         self.tokenizer = tokenizer
         self.processor = processor
         self.reward_fn = reward_fn
@@ -171,26 +173,9 @@ class RayPPOTrainer:
                 f"data.train_files has {len(train_dataset)} prompts, fewer than data.train_batch_size={batch_size}: "
                 "lower data.train_batch_size or add data"
             )
-        total = len(self.train_dataloader) * self.config.trainer.total_epochs
-        if self.config.trainer.total_training_steps is not None:
-            total = self.config.trainer.total_training_steps
-        self.total_training_steps = total
-        self._print_batch_plan(len(train_dataset))
-        with open_dict(self.config):
-            self.config.actor_rollout_ref.actor.optim.total_training_steps = total
-            if self.use_critic:
-                self.config.critic.optim.total_training_steps = total
-
-    def _print_batch_plan(self, dataset_len: int) -> None:
-        """The start-up batch plan again, now with steps per epoch and total steps filled in."""
-        from hybridrl.utils.config import compute_batch_plan, format_batch_plan, with_dataset_len
-
-        try:
-            plan = with_dataset_len(compute_batch_plan(self.config), self.config, dataset_len)
-            print(format_batch_plan(plan), flush=True)
-        except Exception as error:  # the plan is informative only; the run was validated before Ray started
-            print(f"[trainer] {len(self.train_dataloader)} steps per epoch, {self.total_training_steps} "
-                  f"training steps (batch plan unavailable: {error})", flush=True)
+        self.batch_plan = compute_batch_plan(self.config, len(train_dataset))  # once; each worker gets its part
+        self.total_training_steps = self.batch_plan.total_steps
+        print(format_batch_plan(self.batch_plan), flush=True)
 
     def init_workers(self) -> None:
         """Create one colocated worker group per resource pool, then ``init_model`` (actor last, as verl)."""
@@ -201,15 +186,19 @@ class RayPPOTrainer:
         )
 
     def _worker_init_kwargs(self) -> dict[Role, dict[str, Any]]:
-        """The constructor arguments of each spawned role's worker class (the keys are the roles spawned)."""
+        """The constructor arguments of each spawned role's worker class (the keys are the roles spawned); each
+        worker gets its frozen part of the batch plan."""
         actor = actor_role(self.role_worker_mapping)
-        init_kwargs: dict[Role, dict[str, Any]] = {actor: {"config": self.config.actor_rollout_ref, "role": str(actor)}}
+        policy_plan = self.batch_plan.policy_worker_plan()
+        init_kwargs: dict[Role, dict[str, Any]] = {
+            actor: {"config": self.config.actor_rollout_ref, "role": str(actor), "plan": policy_plan},
+        }
         if self.use_critic:
-            init_kwargs[Role.Critic] = {"config": self.config.critic}
+            init_kwargs[Role.Critic] = {"config": self.config.critic, "plan": self.batch_plan.critic_worker_plan()}
         if self.use_reference_policy and not self.ref_in_actor and actor != Role.ActorRolloutRef:
-            init_kwargs[Role.RefPolicy] = {"config": self.config.actor_rollout_ref, "role": "ref"}
+            init_kwargs[Role.RefPolicy] = {"config": self.config.actor_rollout_ref, "role": "ref", "plan": policy_plan}
         if self.use_rm:
-            init_kwargs[Role.RewardModel] = {"config": self.config.reward_model}
+            init_kwargs[Role.RewardModel] = {"config": self.config.reward_model, "plan": self.batch_plan.reward_model}
         return init_kwargs
 
     def _worker_groups(self) -> WorkerGroups:

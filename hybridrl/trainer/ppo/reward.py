@@ -57,7 +57,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     """
     from hybridrl.workers.reward_manager import get_reward_manager_cls
 
-    name = config.reward_model.get("reward_manager", "naive") or "naive"
+    name = config.reward_model.reward_manager
     manager_cls = get_reward_manager_cls(name)
     compute_score = get_custom_reward_fn(config) or _default_score_fn(config)
     if name == "dapo":
@@ -67,7 +67,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
         tokenizer=tokenizer,
         num_examine=num_examine,
         compute_score=compute_score,
-        reward_fn_key=config.data.get("reward_fn_key", "data_source"),
+        reward_fn_key=config.data.reward_fn_key,
         **reward_kwargs,
     )
 

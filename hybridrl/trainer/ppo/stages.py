@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from hybridrl.trainer.ppo.driver_helpers import apply_kl_penalty, compute_advantage, compute_response_mask
-from hybridrl.algos.kl import KLController
 from hybridrl.trainer.ppo.reward import compute_reward
 from hybridrl.utils.metric import reduce_metrics
 from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance

@@ -58,7 +58,7 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
 
 def _own_pool(section: Any, name: str, resource_pool_spec: dict) -> str | None:
     """Add pool ``name`` (``[section.n_gpus_per_node] * section.nnodes``) when ``section.enable_resource_pool``."""
-    if not section.get("enable_resource_pool", False):
+    if not section.enable_resource_pool:
         return None
     resource_pool_spec[name] = [int(section.n_gpus_per_node)] * int(section.nnodes)
     return name
@@ -82,7 +82,7 @@ class TaskRunner:
         OmegaConf.resolve(config)
         model_cfg = config.actor_rollout_ref.model
         local_path = os.path.expanduser(model_cfg.path)
-        tokenizer = hf_tokenizer(local_path, trust_remote_code=model_cfg.get("trust_remote_code", False))
+        tokenizer = hf_tokenizer(local_path, trust_remote_code=model_cfg.trust_remote_code)
         role_worker_mapping, pool_spec, mapping = build_role_mapping(config)
         reward_kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
         reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)

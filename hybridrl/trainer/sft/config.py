@@ -45,7 +45,7 @@ class SFTBatchPlan:
 
 def sequence_parallel_size(config: DictConfig) -> int:
     """The top-level ``ulysses_sequence_parallel_size`` (1 when unset)."""
-    return int(config.get("ulysses_sequence_parallel_size", 1) or 1)
+    return int(config.ulysses_sequence_parallel_size or 1)
 
 
 def _sequence_parallel_problems(config: DictConfig, world_size: int | None) -> list[ConfigProblem]:
@@ -54,7 +54,7 @@ def _sequence_parallel_problems(config: DictConfig, world_size: int | None) -> l
     if sp_size < 1:
         problems.append(ConfigProblem("ulysses_sequence_parallel_size", f"{sp_size} must be >= 1.", "set it to 1."))
         return problems
-    if sp_size > 1 and not bool(config.get("use_remove_padding", False)):
+    if sp_size > 1 and not bool(config.use_remove_padding):
         problems.append(
             ConfigProblem(
                 "ulysses_sequence_parallel_size",

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 from hybridrl.utils.dataset.sft_dataset import SFTDataset
 from hybridrl.utils.import_utils import load_extern_type
@@ -28,6 +29,7 @@ from hybridrl.utils.import_utils import load_extern_type
 
 def dataset_class(data_config: Any) -> type:
     """``data.custom_cls`` if set, else MultiTurnSFTDataset when ``data.multiturn.enable``, else SFTDataset."""
+    data_config = section_with_defaults(data_config, "data", "sft_trainer")
     custom = data_config.get("custom_cls", None) or {}
     if custom.get("path"):
         cls = load_extern_type(custom["path"], str(custom.get("name")), key="data.custom_cls.path")
@@ -37,8 +39,7 @@ def dataset_class(data_config: Any) -> type:
                 "Dataset subclass taking (parquet_files, tokenizer, config)."
             )
         return cls
-    multiturn = data_config.get("multiturn", None) or {}
-    return MultiTurnSFTDataset if multiturn.get("enable", False) else SFTDataset
+    return MultiTurnSFTDataset if data_config.multiturn.enable else SFTDataset
 
 
 def build_dataset(files: Any, tokenizer: Any, data_config: Any) -> Dataset:

@@ -30,6 +30,7 @@ from hybridrl.trainer.sft.data import build_dataset, build_train_loader, build_v
 from hybridrl.trainer.sft.forward import micro_batch_loss_sum
 from hybridrl.trainer.sft.loss import num_target_tokens
 from hybridrl.trainer.sft.parallel import build_layout, sum_over_dp_ranks
+from hybridrl.utils.config.defaults import with_defaults
 from hybridrl.utils.device import current_device
 from hybridrl.workers import engine
 from hybridrl.workers.engine.lora import apply_lora, lora_enabled
@@ -50,12 +51,13 @@ class FSDPSFTTrainer:
     """
 
     def __init__(self, config: DictConfig, device_name: str):
+        config = with_defaults(config, "sft_trainer")  # a config that predates a key gets the YAML's value
         self.config, self.device_name = config, device_name
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = current_device()
         self.plan = plan_batches(config, self.world_size)
         self.layout = build_layout(self.plan.sp_size)
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        self.use_remove_padding = bool(config.use_remove_padding)
         torch.manual_seed(int(config.trainer.seed))
         model_cfg, data_cfg = config.model, config.data
         self.tokenizer = engine.build_tokenizer(

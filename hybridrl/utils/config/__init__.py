@@ -6,6 +6,7 @@ Cheap to import (OmegaConf only; Hydra is imported when composing). The YAML fil
 
 from hybridrl.utils.config.access import need_critic, need_reference_policy
 from hybridrl.utils.config.batch_plan import BatchPlan, RolePlan, compute_batch_plan, with_dataset_len
+from hybridrl.utils.config.defaults import section_with_defaults, with_defaults
 from hybridrl.utils.config.entry import compose_config, hydra_entry
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem, ConfigWarning
 from hybridrl.utils.config.loading import allowed_additions, flatten_keys, load_config
@@ -41,6 +42,8 @@ __all__ = [
     "plan_rows",
     "prepare_cli_argv",
     "prepare_overrides",
+    "section_with_defaults",
     "validate_config",
     "with_dataset_len",
+    "with_defaults",
 ]

@@ -36,6 +36,24 @@ from hybridrl.utils.config.access import (
 
 
 @dataclass(frozen=True)
+class ForwardPlan:
+    """How one rank splits its batch into micro-batches for a forward pass (samples, or tokens when dynamic)."""
+
+    micro_batch_per_rank: int | None  # samples per micro-batch; None with use_dynamic_bsz (or when unset)
+    token_budget_per_rank: int | None  # tokens per micro-batch per rank, use_dynamic_bsz only (x sp in an SP group)
+
+    @property
+    def use_dynamic_bsz(self) -> bool:
+        return self.token_budget_per_rank is not None
+
+    def require(self, key: str) -> ForwardPlan:
+        """``self``; raises ValueError naming ``key`` when neither a micro-batch size nor a token budget is set."""
+        if self.micro_batch_per_rank is None and not self.use_dynamic_bsz:
+            raise ValueError(f"{key} is not set; set it (samples per GPU per forward) or use_dynamic_bsz=True.")
+        return self
+
+
+@dataclass(frozen=True)
 class RolePlan:
     """Batch numbers of one trained model (actor or critic); None = not determined by the config."""
 
@@ -52,6 +70,30 @@ class RolePlan:
     grad_accum_steps: int | None
     token_budget_per_rank: int | None  # use_dynamic_bsz only
 
+    @property
+    def micro_batching(self) -> ForwardPlan:
+        """The update's micro-batches as a :class:`ForwardPlan`."""
+        return ForwardPlan(self.micro_batch_per_rank, self.token_budget_per_rank)
+
+
+@dataclass(frozen=True)
+class PolicyWorkerPlan:
+    """What an ``ActorRolloutRefWorker`` needs: the actor's update, the two log-prob passes, the LR horizon."""
+
+    actor: RolePlan
+    old_log_prob: ForwardPlan  # actor_rollout_ref.rollout.log_prob_*
+    ref_log_prob: ForwardPlan  # actor_rollout_ref.ref.log_prob_*
+    total_training_steps: int  # the LR schedule's horizon (optim.total_training_steps when not known)
+
+
+@dataclass(frozen=True)
+class CriticWorkerPlan:
+    """What a ``CriticWorker`` needs: its update, its value forward, the LR horizon."""
+
+    critic: RolePlan
+    values: ForwardPlan  # critic.forward_micro_batch_size_per_gpu / forward_max_token_len_per_gpu
+    total_training_steps: int
+
 
 @dataclass(frozen=True)
 class BatchPlan:
@@ -65,9 +107,13 @@ class BatchPlan:
     samples_per_rank_per_step: int
     actor: RolePlan
     critic: RolePlan | None
-    old_log_prob_micro_batch_per_rank: int | None
-    ref_log_prob_micro_batch_per_rank: int | None  # None also when no reference policy
+    old_log_prob: ForwardPlan
+    ref_log_prob: ForwardPlan
+    critic_values: ForwardPlan | None
+    reward_model: ForwardPlan  # reward_model.micro_batch_size_per_gpu / forward_max_token_len_per_gpu
     uses_reference_policy: bool
+    actor_lr_horizon: int  # actor_rollout_ref.actor.optim.total_training_steps (used until total_steps is known)
+    critic_lr_horizon: int
     dataset_len: int | None = None
     steps_per_epoch: int | None = None
     total_epochs: int | None = None
@@ -78,6 +124,26 @@ class BatchPlan:
         """Optimizer steps of ``role`` over ``steps`` training steps."""
         return None if steps is None else steps * role.optimizer_steps_per_step
 
+    @property
+    def old_log_prob_micro_batch_per_rank(self) -> int | None:
+        return self.old_log_prob.micro_batch_per_rank
+
+    @property
+    def ref_log_prob_micro_batch_per_rank(self) -> int | None:
+        """None also when no reference policy."""
+        return self.ref_log_prob.micro_batch_per_rank if self.uses_reference_policy else None
+
+    def policy_worker_plan(self) -> PolicyWorkerPlan:
+        """The frozen plan handed to each ``ActorRolloutRefWorker``."""
+        horizon = self.total_steps if self.total_steps is not None else self.actor_lr_horizon
+        return PolicyWorkerPlan(self.actor, self.old_log_prob, self.ref_log_prob, horizon)
+
+    def critic_worker_plan(self) -> CriticWorkerPlan:
+        """The frozen plan handed to each ``CriticWorker`` (needs a critic in the plan)."""
+        assert self.critic is not None and self.critic_values is not None, "the config uses no critic"
+        horizon = self.total_steps if self.total_steps is not None else self.critic_lr_horizon
+        return CriticWorkerPlan(self.critic, self.critic_values, horizon)
+
 
 def compute_batch_plan(config: DictConfig, dataset_len: int | None = None) -> BatchPlan:
     """Resolve the plan. Assumes validation passed; tolerates bad values by flooring/ceiling."""
@@ -86,9 +152,11 @@ def compute_batch_plan(config: DictConfig, dataset_len: int | None = None) -> Ba
     world = world_size(config) or 1
     actor = _role_plan(config, ACTOR, "actor", prompts, n, world)
     critic_world = role_world_size(config, "critic") or world  # its own pool under split placement
-    critic = _role_plan(config, "critic", "critic", prompts, n, critic_world) if need_critic(config) else None
+    critic_n = int(get(config, "critic.rollout_n") or n)
+    critic = _role_plan(config, "critic", "critic", prompts, critic_n, critic_world) if need_critic(config) else None
     use_ref = need_reference_policy(config)
     gen_batch = int(get(config, "data.gen_batch_size") or prompts)
+    rm_dp = max(1, (role_world_size(config, "reward_model") or world) // _sp(config, "reward_model"))
     plan = BatchPlan(
         prompts_per_step=prompts,
         prompts_per_generation_batch=gen_batch,
@@ -98,9 +166,13 @@ def compute_batch_plan(config: DictConfig, dataset_len: int | None = None) -> Ba
         samples_per_rank_per_step=prompts * n // actor.dp_size,
         actor=actor,
         critic=critic,
-        old_log_prob_micro_batch_per_rank=_log_prob_micro(config, ROLLOUT, actor.dp_size),
-        ref_log_prob_micro_batch_per_rank=_log_prob_micro(config, REF, actor.dp_size) if use_ref else None,
+        old_log_prob=_log_prob_forward(config, ROLLOUT, actor.dp_size),
+        ref_log_prob=_log_prob_forward(config, REF, actor.dp_size),
+        critic_values=_values_forward(config, critic) if critic is not None else None,
+        reward_model=_forward(config, "reward_model", "micro_batch_size", "forward_max_token_len_per_gpu", rm_dp),
         uses_reference_policy=use_ref,
+        actor_lr_horizon=int(get(config, f"{ACTOR}.optim.total_training_steps") or -1),
+        critic_lr_horizon=int(get(config, "critic.optim.total_training_steps") or -1),
         notes=_notes(config, prompts, gen_batch),
     )
     return with_dataset_len(plan, config, dataset_len) if dataset_len is not None else plan
@@ -119,8 +191,12 @@ def with_dataset_len(plan: BatchPlan, config: DictConfig, dataset_len: int) -> B
     )
 
 
+def _sp(config: DictConfig, section: str) -> int:
+    return int(get(config, f"{section}.ulysses_sequence_parallel_size") or 1)
+
+
 def _role_plan(config: DictConfig, section: str, name: str, prompts: int, n: int, world: int) -> RolePlan:
-    sp = int(get(config, f"{section}.ulysses_sequence_parallel_size") or 1)
+    sp = _sp(config, section)
     dp = max(1, world // sp)
     mini = int(get(config, f"{section}.ppo_mini_batch_size"))
     mini_per_rank = max(1, mini * n // dp)
@@ -154,10 +230,24 @@ def _micro_per_rank(config: DictConfig, section: str, param: str, dp: int) -> in
     return None if global_value is None else max(1, int(global_value) // dp)
 
 
-def _log_prob_micro(config: DictConfig, section: str, dp: int) -> int | None:
-    if get(config, f"{section}.log_prob_use_dynamic_bsz"):
-        return None
-    return _micro_per_rank(config, section, "log_prob_micro_batch_size", dp)
+def _forward(config: DictConfig, section: str, param: str, budget_key: str, dp: int) -> ForwardPlan:
+    """Micro-batches of a forward pass: ``<param>_per_gpu`` (or the global ``<param>`` / dp), or a token budget."""
+    dynamic_key = "log_prob_use_dynamic_bsz" if param.startswith("log_prob") else "use_dynamic_bsz"
+    if get(config, f"{section}.{dynamic_key}"):
+        return ForwardPlan(None, int(get(config, f"{section}.{budget_key}")))
+    return ForwardPlan(_micro_per_rank(config, section, param, dp), None)
+
+
+def _log_prob_forward(config: DictConfig, section: str, dp: int) -> ForwardPlan:
+    return _forward(config, section, "log_prob_micro_batch_size", "log_prob_max_token_len_per_gpu", dp)
+
+
+def _values_forward(config: DictConfig, critic: RolePlan) -> ForwardPlan:
+    """The critic's value pass; its micro-batch falls back to the update's (verl's worker does the same)."""
+    plan = _forward(config, "critic", "forward_micro_batch_size", "forward_max_token_len_per_gpu", critic.dp_size)
+    if plan.use_dynamic_bsz or plan.micro_batch_per_rank is not None:
+        return plan
+    return ForwardPlan(critic.micro_batch_per_rank, None)
 
 
 def _notes(config: DictConfig, prompts: int, gen_batch: int) -> list[str]:

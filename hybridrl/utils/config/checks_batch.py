@@ -19,6 +19,7 @@ from hybridrl.utils.config.access import (
     role_world_size,
     world_size,
 )
+from hybridrl.utils.config.batch_plan import RolePlan, compute_batch_plan
 from hybridrl.utils.config.errors import ConfigProblem, warn_once
 
 
@@ -42,13 +43,13 @@ def check_batch_sizes(config: DictConfig, use_reference_policy: bool, use_critic
         _check_exclusive(config, ROLLOUT, "log_prob_micro_batch_size", problems)
         if use_reference_policy:
             _check_exclusive(config, REF, "log_prob_micro_batch_size", problems)
-    _check_role(config, ACTOR, train_bsz, n, world, actor_dynamic, problems)
+    _check_role(config, ACTOR, train_bsz, world, actor_dynamic, problems)
     if use_critic:
         critic_dynamic = bool(get(config, "critic.use_dynamic_bsz"))
         if not critic_dynamic:
             _check_exclusive(config, "critic", "ppo_micro_batch_size", problems)
         critic_world = _own_pool_world(config, "critic", problems) or world
-        _check_role(config, "critic", train_bsz, n, critic_world, critic_dynamic, problems)
+        _check_role(config, "critic", train_bsz, critic_world, critic_dynamic, problems)
     if get(config, "reward_model.enable"):
         _own_pool_world(config, "reward_model", problems)
         if not get(config, "reward_model.use_dynamic_bsz"):
@@ -146,9 +147,9 @@ def _check_exclusive(config: DictConfig, section: str, param: str, problems: lis
 
 
 def _check_role(
-    config: DictConfig, section: str, train_bsz: int, n: int, world: int, dynamic: bool, problems: list[ConfigProblem]
+    config: DictConfig, section: str, train_bsz: int, world: int, dynamic: bool, problems: list[ConfigProblem]
 ) -> None:
-    """Mini-batch and micro-batch checks of the actor or the critic."""
+    """Mini-batch and micro-batch checks of the actor or the critic, on the batch plan's per-rank numbers."""
     mini_key = f"{section}.ppo_mini_batch_size"
     mini = positive_int(config, mini_key, problems)
     sp = positive_int(config, f"{section}.ulysses_sequence_parallel_size", problems) or 1
@@ -161,7 +162,9 @@ def _check_role(
             )
         )
         return
-    dp = world // sp
+    role = _role_of(config, section)
+    if role is None:
+        return
     if not dynamic and train_bsz < mini:
         problems.append(
             ConfigProblem(
@@ -170,27 +173,36 @@ def _check_role(
                 f"set {mini_key} <= {train_bsz}, e.g. {mini_key}={train_bsz}.",
             )
         )
-    if (mini * n) % dp != 0:
-        step = dp // gcd(dp, n)
+    if role.mini_batch_samples % role.dp_size != 0:
+        n = role.mini_batch_samples // mini
+        step = role.dp_size // gcd(role.dp_size, n)
         problems.append(
             ConfigProblem(
                 mini_key,
-                f"{mini_key} * rollout.n = {mini} * {n} = {mini * n} samples do not split over {dp} data-parallel ranks.",
+                f"{mini_key} * rollout.n = {mini} * {n} = {role.mini_batch_samples} samples do not split over "
+                f"{role.dp_size} data-parallel ranks.",
                 f"set {mini_key} to a multiple of {step}, e.g. {mini_key}={next_multiple(mini, step)}.",
             )
         )
         return
     if not dynamic:
-        _check_micro(config, section, mini, mini * n // dp, sp, world, problems)
+        _check_micro(config, section, role, world, problems)
 
 
-def _check_micro(
-    config: DictConfig, section: str, mini: int, mini_per_rank: int, sp: int, world: int, problems: list[ConfigProblem]
-) -> None:
+def _role_of(config: DictConfig, section: str) -> RolePlan | None:
+    """The plan's numbers of ``section`` (None when the plan cannot be computed; other checks report why)."""
+    try:
+        plan = compute_batch_plan(config)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return plan.actor if section == ACTOR else plan.critic
+
+
+def _check_micro(config: DictConfig, section: str, role: RolePlan, world: int, problems: list[ConfigProblem]) -> None:
     """Micro-batches must divide the per-rank mini-batch (verl's worker asserts)."""
     global_key, per_gpu_key = f"{section}.ppo_micro_batch_size", f"{section}.ppo_micro_batch_size_per_gpu"
-    micro_global = get(config, global_key)
-    if micro_global is not None and get(config, per_gpu_key) is None:
+    mini, mini_per_rank = role.mini_batch_prompts, role.mini_batch_samples_per_rank
+    if get(config, global_key) is not None and get(config, per_gpu_key) is None:
         micro = positive_int(config, global_key, problems)
         if micro is not None and mini % micro != 0:
             problems.append(
@@ -200,10 +212,12 @@ def _check_micro(
                     f"use {per_gpu_key} instead.",
                 )
             )
-        if micro is not None and micro * sp < world:
+        if micro is not None and micro * role.sp_size < world:
             problems.append(
                 ConfigProblem(
-                    global_key, f"{micro} * sp {sp} is smaller than the {world} ranks.", f"use {per_gpu_key} instead."
+                    global_key,
+                    f"{micro} * sp {role.sp_size} is smaller than the {world} ranks.",
+                    f"use {per_gpu_key} instead.",
                 )
             )
         return

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 
+from hybridrl.utils.config.defaults import with_defaults
 from hybridrl.utils.config.errors import ConfigError
 from hybridrl.utils.config.overrides import prepare_cli_argv, prepare_overrides
 from hybridrl.utils.config.paths import config_dir
@@ -67,7 +68,8 @@ def hydra_entry(
 
     Returns:
         ``main(config=None)``: ``None`` runs the command line (exit 1 on a ConfigError); a composed
-        config is checked (ConfigError raised) and run, and ``run``'s result returned.
+        config gets the keys it lacks from ``override_keys``' YAML, is checked (ConfigError raised) and run,
+        and ``run``'s result returned.
     """
 
     def task(config: DictConfig) -> None:
@@ -84,6 +86,8 @@ def hydra_entry(
 
     def main(config: DictConfig | None = None) -> Any:
         if config is not None:
+            if override_keys is not None:  # a config saved by an older version gets the keys it lacks
+                config = with_defaults(config, override_keys)
             if check is not None:
                 check(config)
             return run(config)

@@ -14,17 +14,19 @@ from typing import Any
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 
 
 def create_train_dataloader(data_config: Any, dataset: Dataset, collate_fn=default_collate_fn) -> StatefulDataLoader:
     """verl's train loader: ``batch_size = data.gen_batch_size or data.train_batch_size``, ``drop_last=True``."""
-    batch_size = data_config.get("gen_batch_size", None) or data_config.get("train_batch_size")
+    data_config = section_with_defaults(data_config, "data")
+    batch_size = data_config.gen_batch_size or data_config.train_batch_size
     return StatefulDataLoader(
         dataset=dataset,
         batch_size=int(batch_size),
-        num_workers=int(data_config.get("dataloader_num_workers", 0) or 0),
+        num_workers=int(data_config.dataloader_num_workers),
         drop_last=True,
         collate_fn=collate_fn,
         sampler=create_rl_sampler(data_config, dataset),

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from hybridrl.utils import torch_functional as verl_F
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import normalize_data_files, read_parquet_rows
 from hybridrl.utils.dataset.sft_dataset import pad_or_truncate_right
 
@@ -28,11 +29,12 @@ class MultiTurnSFTDataset(Dataset):
     """Conversations from parquet; loss on assistant tokens only."""
 
     def __init__(self, parquet_files: Any, tokenizer: Any, config: Any):
+        config = section_with_defaults(config, "data", "sft_trainer")
         self.tokenizer, self.config = tokenizer, config
-        multiturn = config.get("multiturn", None) or {}
-        self.messages_key = multiturn.get("messages_key", "messages")
-        self.max_length = int(config.get("max_length", 1024))
-        self.truncation = config.get("truncation", "error")
+        multiturn = config.multiturn
+        self.messages_key = multiturn.messages_key
+        self.max_length = int(config.max_length)
+        self.truncation = config.truncation
         self.chat_template = config.get("chat_template", None)
         self.messages: list[list[dict]] = []
         for path in normalize_data_files(parquet_files):

@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
 from hybridrl.utils import torch_functional as verl_F
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import check_chat_column, normalize_data_files, read_parquet_rows
 
 logger = logging.getLogger(__name__)
@@ -85,17 +86,18 @@ class RLHFDataset(Dataset):
 
     def __init__(self, data_files: Any, tokenizer: Any, config: Any, processor: Any = None):
         self.data_files = normalize_data_files(data_files)
+        config = section_with_defaults(config, "data")
         self.tokenizer, self.processor, self.config = tokenizer, processor, config
-        self.prompt_key = config.get("prompt_key", "prompt")
-        self.max_prompt_length = int(config.get("max_prompt_length", 1024))
-        self.truncation = config.get("truncation", "error")
+        self.prompt_key = config.prompt_key
+        self.max_prompt_length = int(config.max_prompt_length)
+        self.truncation = config.truncation
         if self.truncation not in _TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation!r} must be one of {_TRUNCATIONS}")
-        self.return_raw_chat = bool(config.get("return_raw_chat", False))
-        self.return_raw_input_ids = bool(config.get("return_raw_input_ids", False))
-        self.return_full_prompt = bool(config.get("return_full_prompt", False))
-        self.filter_overlong_prompts = bool(config.get("filter_overlong_prompts", False))
-        workers = int(config.get("filter_overlong_prompts_workers", 1) or 1)
+        self.return_raw_chat = bool(config.return_raw_chat)
+        self.return_raw_input_ids = bool(config.return_raw_input_ids)
+        self.return_full_prompt = bool(config.return_full_prompt)
+        self.filter_overlong_prompts = bool(config.filter_overlong_prompts)
+        workers = int(config.filter_overlong_prompts_workers)
         self.num_workers = max(1, min(workers, os.cpu_count() or 1))
         self.chat_template = config.get("custom_chat_template", None)
         self.need_tools_kwargs = bool(config.get("need_tools_kwargs", False))
@@ -186,12 +188,13 @@ class RLHFDataset(Dataset):
 def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
     """The train sampler: a custom sampler class, ``RandomSampler`` seeded by ``data.seed`` (default 1)
     when ``data.shuffle``, else ``SequentialSampler``."""
-    sampler_cfg = data_config.get("sampler", None)
+    data_config = section_with_defaults(data_config, "data")
+    sampler_cfg = data_config.sampler
     if sampler_cfg is not None and sampler_cfg.get("class_path", None):
         return _custom_sampler(data_config, sampler_cfg, dataset)
-    if data_config.get("shuffle", True):
+    if data_config.shuffle:
         generator = torch.Generator()
-        generator.manual_seed(int(data_config.get("seed", 1) or 1))
+        generator.manual_seed(int(data_config.seed))
         return RandomSampler(data_source=dataset, generator=generator)
     return SequentialSampler(data_source=dataset)
 
@@ -211,7 +214,7 @@ def _custom_sampler(data_config: Any, sampler_cfg: Any, dataset: Dataset) -> Sam
             f"data.sampler.class_name={sampler_cfg['class_name']!r} must subclass "
             "hybridrl.experimental.dataset.sampler.AbstractSampler (or AbstractCurriculumSampler)"
         )
-    if data_config.get("dataloader_num_workers") != 0:  # absent counts as the YAML's 8, as in verl
+    if data_config.dataloader_num_workers != 0:
         raise AssertionError(
             "a custom data.sampler needs data.dataloader_num_workers=0: loader workers would prefetch "
             "indices before the curriculum sampler can reorder them"

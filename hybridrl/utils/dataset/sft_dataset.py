@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from hybridrl.utils import torch_functional as verl_F
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import normalize_data_files, read_parquet_rows
 
 
@@ -51,13 +52,14 @@ class SFTDataset(Dataset):
     """Prompt/response SFT pairs from parquet (``data.prompt_key``, ``data.response_key``, nested dict keys)."""
 
     def __init__(self, parquet_files: Any, tokenizer: Any, config: Any):
+        config = section_with_defaults(config, "data", "sft_trainer")
         self.tokenizer, self.config = tokenizer, config
-        self.prompt_key = config.get("prompt_key", "prompt")
-        self.response_key = config.get("response_key", "response")
+        self.prompt_key = config.prompt_key
+        self.response_key = config.response_key
         self.prompt_dict_keys = list(config.get("prompt_dict_keys", None) or [])
         self.response_dict_keys = list(config.get("response_dict_keys", None) or [])
-        self.max_length = int(config.get("max_length", 1024))
-        self.truncation = config.get("truncation", "error")
+        self.max_length = int(config.max_length)
+        self.truncation = config.truncation
         self.chat_template = config.get("chat_template", None)
         self.prompts: list[str] = []
         self.responses: list[str] = []

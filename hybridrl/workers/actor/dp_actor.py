@@ -35,6 +35,8 @@ from hybridrl.algos.aggregation import agg_loss
 from hybridrl.algos.kl import kl_penalty
 from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, resolve_policy_loss
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
@@ -104,8 +106,13 @@ class DataParallelPPOActor(BasePPOActor):
         config: the ``actor_rollout_ref.actor`` section (or ``.ref`` for a reference policy).
         actor_module: the causal LM.
         actor_optimizer: its optimizer; ``None`` for a frozen reference.
-        use_remove_padding: pack sequences (``actor_rollout_ref.model.use_remove_padding``); defaults to
-            ``config.use_remove_padding`` when present, else False.
+        use_remove_padding: pack sequences (``actor_rollout_ref.model.use_remove_padding``); None: read
+            ``config.use_remove_padding``, where verl's worker copies it (absent: off).
+        enable_activation_offload: ``actor_rollout_ref.model.enable_activation_offload``; None: as above.
+        update: the batch plan's per-rank sizes of the PPO update; None: the section's sizes, already per rank
+            (``ppo_mini_batch_size``, ``ppo_micro_batch_size_per_gpu``, ``ppo_max_token_len_per_gpu``), as verl.
+        log_prob: micro-batches of :meth:`compute_log_prob`; None: read from ``data.meta_info`` per call (verl).
+        temperature: ``rollout.temperature``, the logits divisor; None: ``data.meta_info["temperature"]`` (verl).
     """
 
     def __init__(
@@ -114,17 +121,23 @@ class DataParallelPPOActor(BasePPOActor):
         actor_module: nn.Module,
         actor_optimizer: torch.optim.Optimizer | None = None,
         use_remove_padding: bool | None = None,
+        enable_activation_offload: bool | None = None,
+        *,
+        update: RolePlan | None = None,
+        log_prob: ForwardPlan | None = None,
+        temperature: float | None = None,
     ) -> None:
-        super().__init__(config)
+        super().__init__(section_with_defaults(config, "actor_rollout_ref.actor"))
+        config = self.config
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
         if use_remove_padding is None:
-            use_remove_padding = bool(config.get("use_remove_padding", False))
+            use_remove_padding = bool(config.get("use_remove_padding"))
         self.use_remove_padding = use_remove_padding
         self.device_name = get_device_name()
-        self._sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
-        chunked = bool(config.get("entropy_from_logits_with_chunking", False))
-        use_compile = bool(config.get("use_torch_compile", True))
+        self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
+        chunked = bool(config.entropy_from_logits_with_chunking)
+        use_compile = bool(config.use_torch_compile)
         # verl compiles the plain entropy helper (dynamic shapes); the chunked one loops in Python
         self._entropy_fn = (
             entropy_from_logits_with_chunking
@@ -132,13 +145,44 @@ class DataParallelPPOActor(BasePPOActor):
             else maybe_compile(entropy_from_logits, use_compile, self.device_name)
         )
         self._logprob_fn = maybe_compile(logprobs_from_logits, use_compile, self.device_name)
-        self._activation_offload = bool(config.get("enable_activation_offload", False))
+        if enable_activation_offload is None:
+            enable_activation_offload = bool(config.get("enable_activation_offload"))
+        self._activation_offload = enable_activation_offload
+        self._temperature = temperature
+        self._log_prob_split = log_prob
+        if update is None:  # verl's contract: the section holds per-rank sizes
+            dynamic = bool(config.use_dynamic_bsz)
+            self._mini_batch_size = int(config.ppo_mini_batch_size)
+            self._update_split = ForwardPlan(
+                None if dynamic else config.ppo_micro_batch_size_per_gpu,
+                int(config.ppo_max_token_len_per_gpu) if dynamic else None,
+            )
+        else:
+            self._mini_batch_size, self._update_split = update.mini_batch_samples_per_rank, update.micro_batching
         # resolved once; a reference policy (no optimizer) has no loss
         self._pg_loss = self._resolve_pg_loss() if actor_optimizer is not None else None
 
     def _resolve_pg_loss(self) -> BoundPolicyLoss | None:
         """``pg_loss``: the loss of ``policy_loss.loss_mode`` with the actor's hyper-parameters bound."""
         return resolve_policy_loss(self.config.policy_loss.loss_mode, self.config, self.config.loss_agg_mode)
+
+    def _call_temperature(self, meta: dict[str, Any]) -> float:
+        """The temperature given at construction; without one, the caller's ``meta_info["temperature"]``."""
+        if self._temperature is not None:
+            return self._temperature
+        if "temperature" not in meta:
+            raise KeyError("data.meta_info['temperature'] is required when the actor was built without a temperature.")
+        return meta["temperature"]
+
+    def _log_prob_micro_batches(self, batch: Any, meta: dict[str, Any], split: ForwardPlan | None) -> tuple:
+        """The log-prob pass's micro-batches: the plan's split (token budget x sp), else ``meta_info``'s (verl)."""
+        split = split or self._log_prob_split
+        if split is None:
+            return split_micro_batches(
+                batch, meta.get("micro_batch_size"), bool(meta.get("use_dynamic_bsz")), meta.get("max_token_len")
+            )
+        budget = sp_token_budget(split.token_budget_per_rank, self._sp_size)
+        return split_micro_batches(batch, split.micro_batch_per_rank, split.use_dynamic_bsz, budget)
 
     # ------------------------------------------------------------------ forward
 
@@ -153,7 +197,7 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits.float() / temperature
             outputs = [self._logprob_fn(logits, next_tokens)]
             if calculate_entropy:
-                if self.config.get("entropy_checkpointing", False) and torch.is_grad_enabled():
+                if self.config.entropy_checkpointing and torch.is_grad_enabled():
                     outputs.append(torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False))
                 else:
                     outputs.append(self._entropy_fn(logits))
@@ -165,28 +209,26 @@ class DataParallelPPOActor(BasePPOActor):
         return entropy, outputs[0]
 
     def compute_log_prob(
-        self, data: DataProto, calculate_entropy: bool = False
+        self, data: DataProto, calculate_entropy: bool = False, micro_batching: ForwardPlan | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropies) of ``responses`` under the current weights, without gradients.
 
-        ``data.meta_info`` must hold ``micro_batch_size``, ``temperature``, ``use_dynamic_bsz`` and
-        (with dynamic bsz) ``max_token_len`` — the worker fills them from its config.
+        Micro-batches follow ``micro_batching``, else the ``log_prob`` plan given at construction, else (an
+        actor built by user code without one) ``data.meta_info``'s ``micro_batch_size``, ``use_dynamic_bsz``
+        and ``max_token_len``, as in verl; the temperature likewise.
 
         Returns:
             ``(log_probs [B, R], entropys [B, R] | None)`` in the input row order.
         """
         self.actor_module.eval()
         meta = data.meta_info
-        if "temperature" not in meta:
-            raise KeyError("compute_log_prob: data.meta_info['temperature'] is required (rollout.temperature).")
+        temperature = self._call_temperature(meta)
         batch = data.select(batch_keys=_LOG_PROB_KEYS).batch
-        micro_batches, order = split_micro_batches(
-            batch, meta.get("micro_batch_size"), bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len")
-        )
+        micro_batches, order = self._log_prob_micro_batches(batch, meta, micro_batching)
         log_probs, entropys = [], []
         with torch.no_grad():
             for micro_batch in micro_batches:
-                entropy, log_prob = self._forward_micro_batch(micro_batch, meta["temperature"], calculate_entropy)
+                entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
                 log_probs.append(log_prob)
                 if entropy is not None:
                     entropys.append(entropy)
@@ -202,7 +244,7 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         response_mask = micro_batch["response_mask"]
         loss_agg_mode = config.loss_agg_mode
-        entropy_coeff = config.get("entropy_coeff", 0.0)
+        entropy_coeff = config.entropy_coeff
         # verl computes the entropy only when it enters the loss
         entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
         # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
@@ -214,7 +256,7 @@ class DataParallelPPOActor(BasePPOActor):
             entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
             policy_loss = policy_loss - entropy_coeff * entropy_loss
             metrics["actor/entropy"] = entropy_loss.detach().item()
-        if config.get("use_kl_loss", False):
+        if config.use_kl_loss:
             kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], config.kl_loss_type)
             kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
             policy_loss = policy_loss + config.kl_loss_coef * kl_loss
@@ -235,8 +277,8 @@ class DataParallelPPOActor(BasePPOActor):
         """PPO update over ``ppo_epochs`` × mini-batches × micro-batches (see the module docstring).
 
         ``data.batch`` needs ``responses, input_ids, attention_mask, position_ids, response_mask,
-        old_log_probs, advantages`` (+ ``ref_log_prob`` with ``use_kl_loss``); ``data.meta_info``
-        needs ``temperature``.
+        old_log_probs, advantages`` (+ ``ref_log_prob`` with ``use_kl_loss``); ``data.meta_info`` needs
+        ``temperature`` only when the actor was built without one.
 
         Returns:
             verl's metrics as a dict of lists: ``actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl,
@@ -247,25 +289,25 @@ class DataParallelPPOActor(BasePPOActor):
             raise RuntimeError("update_policy called on a reference actor (no optimizer).")
         self.actor_module.train()
         config = self.config
-        temperature = data.meta_info["temperature"]
-        keys = _UPDATE_KEYS + (["ref_log_prob"] if config.get("use_kl_loss", False) else [])
+        temperature = self._call_temperature(data.meta_info)
+        keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
         if "old_log_probs" not in data.batch.keys():
-            if config.get("recompute_old_log_prob", True):
+            if config.recompute_old_log_prob:
                 raise KeyError(
                     "update_actor: the batch has no old_log_probs (compute_log_prob was not run); set "
                     "actor_rollout_ref.actor.recompute_old_log_prob=False only for on-policy updates"
                 )
             keys.remove("old_log_probs")
         batch = data.select(batch_keys=keys).batch
-        mini_batch_size = config.ppo_mini_batch_size
+        split = self._update_split
         metrics: dict[str, list[float]] = {}
-        for _ in range(config.get("ppo_epochs", 1)):
-            for mini_batch in batch.split(mini_batch_size):
+        for _ in range(config.ppo_epochs):
+            for mini_batch in batch.split(self._mini_batch_size):
                 micro_batches, _ = split_micro_batches(
                     mini_batch,
-                    config.get("ppo_micro_batch_size_per_gpu"),
-                    bool(config.get("use_dynamic_bsz", False)),
-                    sp_token_budget(config.get("ppo_max_token_len_per_gpu"), self._sp_size),
+                    split.micro_batch_per_rank,
+                    split.use_dynamic_bsz,
+                    sp_token_budget(split.token_budget_per_rank, self._sp_size),
                 )
                 self.actor_optimizer.zero_grad()
                 for micro_batch in micro_batches:
@@ -279,7 +321,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _loss_scale(self, micro_batch: Any) -> float:
         """Gradient-accumulation weight of a micro-batch (verl 0.5)."""
-        mini_batch_size = self.config.ppo_mini_batch_size
-        if self.config.get("use_dynamic_bsz", False):
-            return micro_batch.batch_size[0] / mini_batch_size
-        return 1.0 / (mini_batch_size // self.config.ppo_micro_batch_size_per_gpu)
+        if self._update_split.use_dynamic_bsz:
+            return micro_batch.batch_size[0] / self._mini_batch_size
+        return 1.0 / (self._mini_batch_size // self._update_split.micro_batch_per_rank)
+

@@ -20,6 +20,8 @@ from torch import nn
 
 from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean
@@ -38,19 +40,44 @@ class DataParallelPPOCritic(BasePPOCritic):
     """PPO critic over an HF token-classification model (``num_labels=1``), plain or FSDP-wrapped.
 
     Args:
-        config: the ``critic`` section (``use_remove_padding`` is read from it when present, as the
-            worker copies ``critic.model.use_remove_padding`` there like verl).
+        config: the ``critic`` section.
         critic_module: the value model.
         critic_optimizer: its optimizer.
+        use_remove_padding: ``critic.model.use_remove_padding``; None: read ``config.use_remove_padding``,
+            where verl's worker copies it (absent: off).
+        update: the batch plan's per-rank sizes of the update; None: the section's, already per rank (verl).
+        values: micro-batches of :meth:`compute_values`; None: ``data.meta_info``'s per call (verl).
     """
 
-    def __init__(self, config: Any, critic_module: nn.Module, critic_optimizer: torch.optim.Optimizer | None) -> None:
-        super().__init__(config)
+    def __init__(
+        self,
+        config: Any,
+        critic_module: nn.Module,
+        critic_optimizer: torch.optim.Optimizer | None,
+        use_remove_padding: bool | None = None,
+        *,
+        update: RolePlan | None = None,
+        values: ForwardPlan | None = None,
+    ) -> None:
+        super().__init__(section_with_defaults(config, "critic"))
+        config = self.config
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        if use_remove_padding is None:
+            use_remove_padding = bool(config.get("use_remove_padding"))
+        self.use_remove_padding = use_remove_padding
         self.device_name = get_device_name()
-        self._sp_size = int(config.get("ulysses_sequence_parallel_size", 1) or 1)
+        self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
+        self._values_split = values
+        if update is None:  # verl's contract: the section holds per-rank sizes
+            dynamic = bool(config.use_dynamic_bsz)
+            self._mini_batch_size = int(config.ppo_mini_batch_size)
+            self._update_split = ForwardPlan(
+                None if dynamic else config.ppo_micro_batch_size_per_gpu,
+                int(config.ppo_max_token_len_per_gpu) if dynamic else None,
+            )
+        else:
+            self._mini_batch_size, self._update_split = update.mini_batch_samples_per_rank, update.micro_batching
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Values ``[B, R]`` of the response positions (unmasked)."""
@@ -66,14 +93,19 @@ class DataParallelPPOCritic(BasePPOCritic):
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values ``[B, R]``, multiplied by the response part of ``attention_mask`` (only actions have values).
 
-        ``data.meta_info`` holds ``micro_batch_size``, ``use_dynamic_bsz`` and ``max_token_len``.
+        Micro-batches follow the ``values`` plan given at construction, else (a critic built by user code
+        without one) ``data.meta_info``'s ``micro_batch_size``, ``use_dynamic_bsz`` and ``max_token_len`` (verl).
         """
         self.critic_module.eval()
-        meta = data.meta_info
+        meta, split = data.meta_info, self._values_split
         batch = data.select(batch_keys=_VALUE_KEYS).batch
-        micro_batches, order = split_micro_batches(
-            batch, meta.get("micro_batch_size"), bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len")
-        )
+        if split is None:
+            micro_batches, order = split_micro_batches(
+                batch, meta.get("micro_batch_size"), bool(meta.get("use_dynamic_bsz")), meta.get("max_token_len")
+            )
+        else:
+            budget = sp_token_budget(split.token_budget_per_rank, self._sp_size)
+            micro_batches, order = split_micro_batches(batch, split.micro_batch_per_rank, split.use_dynamic_bsz, budget)
         with torch.no_grad():
             values = torch.cat([self._forward_micro_batch(micro) for micro in micro_batches], dim=0)
         values = restore_order(values, order)
@@ -97,7 +129,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             values=micro_batch["values"],
             response_mask=response_mask,
             cliprange_value=self.config.cliprange_value,
-            loss_agg_mode=self.config.get("loss_agg_mode", "token-mean"),
+            loss_agg_mode=self.config.loss_agg_mode,
         )
         metrics = {
             "critic/vf_loss": vf_loss.detach().item(),
@@ -114,24 +146,23 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_module.train()
         config = self.config
         batch = data.select(batch_keys=_UPDATE_KEYS).batch
-        use_dynamic_bsz = bool(config.get("use_dynamic_bsz", False))
-        mini_batch_size = config.ppo_mini_batch_size
+        split, mini_batch_size = self._update_split, self._mini_batch_size
         metrics: dict[str, list[float]] = {}
-        for _ in range(config.get("ppo_epochs", 1)):
+        for _ in range(config.ppo_epochs):
             for mini_batch in batch.split(mini_batch_size):
                 micro_batches, _ = split_micro_batches(
                     mini_batch,
-                    config.get("ppo_micro_batch_size_per_gpu"),
-                    use_dynamic_bsz,
-                    sp_token_budget(config.get("ppo_max_token_len_per_gpu"), self._sp_size),
+                    split.micro_batch_per_rank,
+                    split.use_dynamic_bsz,
+                    sp_token_budget(split.token_budget_per_rank, self._sp_size),
                 )
                 self.critic_optimizer.zero_grad()
                 for micro_batch in micro_batches:
                     vf_loss, micro_metrics = self._value_loss(micro_batch)
-                    if use_dynamic_bsz:
+                    if split.use_dynamic_bsz:
                         scale = micro_batch.batch_size[0] / mini_batch_size
                     else:
-                        scale = 1.0 / (mini_batch_size // config.ppo_micro_batch_size_per_gpu)
+                        scale = 1.0 / (mini_batch_size // split.micro_batch_per_rank)
                     (vf_loss * scale).backward()
                     append_to_dict(metrics, micro_metrics)
                 append_to_dict(metrics, {"critic/grad_norm": self._optimizer_step()})

@@ -66,8 +66,8 @@ VALUE_HEAD_NAMES = ("score", "classifier")  # HF *ForTokenClassification heads (
 
 
 def lora_enabled(model_config: Any) -> bool:
-    """True when ``model.lora_rank > 0``."""
-    return int((model_config.get("lora_rank", 0) if model_config is not None else 0) or 0) > 0
+    """True when ``model.lora_rank > 0`` (a section without the key, like ``reward_model.model``, has no LoRA)."""
+    return model_config is not None and int(model_config.get("lora_rank") or 0) > 0
 
 
 def _target_modules(value: Any) -> Any:
@@ -81,14 +81,14 @@ def _lora_config(model_config: Any, task_type: Any, exclude: Any = None, modules
     """peft ``LoraConfig`` from a ``model`` section (``lora_rank`` > 0, ``lora_alpha``, ``target_modules``)."""
     from peft import LoraConfig
 
-    rank = int(model_config.get("lora_rank", 0) or 0)
+    rank = int(model_config.lora_rank or 0)
     if rank <= 0:
         raise ValueError(f"apply_lora: model.lora_rank must be > 0, got {rank}.")
     return LoraConfig(
         task_type=task_type,
         r=rank,
-        lora_alpha=int(model_config.get("lora_alpha", 16)),
-        target_modules=_target_modules(model_config.get("target_modules", "all-linear")),
+        lora_alpha=int(model_config.lora_alpha),
+        target_modules=_target_modules(model_config.target_modules),
         exclude_modules=exclude,
         modules_to_save=modules_to_save,
         bias="none",
@@ -97,7 +97,7 @@ def _lora_config(model_config: Any, task_type: Any, exclude: Any = None, modules
 
 def _prepare_for_lora(module: nn.Module, model_config: Any) -> None:
     enable_input_grads = getattr(module, "enable_input_require_grads", None)
-    if model_config.get("enable_gradient_checkpointing", False) and callable(enable_input_grads):
+    if model_config.enable_gradient_checkpointing and callable(enable_input_grads):
         enable_input_grads()  # verl: frozen embeddings + checkpointing need grads on inputs
 
 

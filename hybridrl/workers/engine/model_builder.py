@@ -61,10 +61,10 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
         kind=spec.kind,
         torch_dtype=dtype,
         override_config=dict(model_config.get("override_config") or {}),
-        trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+        trust_remote_code=bool(model_config.trust_remote_code),
         attn_implementation=attn_implementation,
     )
-    if spec.trainable and model_config.get("enable_gradient_checkpointing", False):
+    if spec.trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(module)
     if spec.trainable and lora_enabled(model_config):
         module = _apply_lora(module, spec)

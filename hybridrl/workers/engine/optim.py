@@ -83,27 +83,37 @@ def get_cosine_schedule_with_warmup(
     return LambdaLR(optimizer, lr_lambda)
 
 
-def num_warmup_steps(optim_config: Any) -> int:
-    """``lr_warmup_steps`` if >= 0, else ``int(lr_warmup_steps_ratio * total_training_steps)``."""
+def num_warmup_steps(optim_config: Any, total_training_steps: int | None = None) -> int:
+    """``lr_warmup_steps`` if >= 0, else ``int(lr_warmup_steps_ratio * total_training_steps)``.
+
+    ``total_training_steps``: the run's horizon from the batch plan; None reads ``optim.total_training_steps``.
+    """
     steps = int(_get(optim_config, "lr_warmup_steps", -1))
     if steps >= 0:
         return steps
     ratio = float(_get(optim_config, "lr_warmup_steps_ratio", 0.0))
-    return int(ratio * int(_get(optim_config, "total_training_steps", 0)))
+    if total_training_steps is None:
+        total_training_steps = int(_get(optim_config, "total_training_steps", 0))
+    return int(ratio * total_training_steps)
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: Any) -> LambdaLR:
-    """verl's scheduler from ``*.optim.{warmup_style, lr_warmup_steps(_ratio), total_training_steps, ...}``."""
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, optim_config: Any, total_training_steps: int | None = None
+) -> LambdaLR:
+    """verl's scheduler from ``*.optim.{warmup_style, lr_warmup_steps(_ratio), ...}``; the horizon is
+    ``total_training_steps`` (the batch plan's) or, when None, ``optim.total_training_steps``."""
     style = _get(optim_config, "warmup_style", "constant")
-    warmup = num_warmup_steps(optim_config)
+    if total_training_steps is None:
+        total_training_steps = int(_get(optim_config, "total_training_steps", 0))
+    warmup = num_warmup_steps(optim_config, total_training_steps)
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, warmup)
     if style == "cosine":
-        total = int(_get(optim_config, "total_training_steps", 0))
+        total = total_training_steps
         if total <= 0:
             raise ValueError(
-                f"optim.warmup_style=cosine needs optim.total_training_steps > 0 (got {total}); the trainer sets it "
-                "before init_model, or set it explicitly."
+                f"optim.warmup_style=cosine needs optim.total_training_steps > 0 (got {total}); the batch plan sets it from the dataset "
+                "length, or set it explicitly."
             )
         return get_cosine_schedule_with_warmup(
             optimizer,

@@ -67,10 +67,10 @@ class DAPORewardManager(AbstractRewardManager):
             reward_extra_info[key].append(value)
         reward = score
         cfg = self.overlong_buffer_cfg
-        if cfg is not None and cfg.get("enable", False):
+        if cfg is not None and cfg["enable"]:
             penalty = overlong_penalty(valid_response_length, self.max_resp_len, cfg["len"], cfg["penalty_factor"])
             reward += penalty
-            if cfg.get("log", False):
+            if cfg["log"]:
                 reward_extra_info["overlong_reward"].append(penalty)
                 reward_extra_info["overlong"].append(penalty < 0)
         self.maybe_print(

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 
@@ -61,7 +62,7 @@ def _build_sglang(rollout_config: Any, model_config: Any, **kw: Any) -> BaseRoll
 
 
 def _engine_kw(kw: dict[str, Any]) -> dict[str, Any]:
-    return {"eos_token_ids": kw["eos_token_ids"], "pad_token_id": kw["pad_token_id"], "seed": kw.get("seed", 0)}
+    return {"eos_token_ids": kw["eos_token_ids"], "pad_token_id": kw["pad_token_id"], "seed": kw["seed"]}
 
 
 def _rank() -> int:
@@ -95,7 +96,9 @@ def build_rollout(
             ``model.path`` itself and never syncs (offline generation).
         device_name: ``cpu`` or ``cuda``.
     """
-    name = rollout_config.get("name", "vllm")
+    rollout_config = section_with_defaults(rollout_config, "actor_rollout_ref.rollout")
+    model_config = section_with_defaults(model_config, "actor_rollout_ref.model")
+    name = rollout_config.name
     if name not in ROLLOUT_REGISTRY:
         raise ValueError(
             f"actor_rollout_ref.rollout.name={name!r} is not a rollout engine; choose one of "
@@ -112,7 +115,7 @@ def build_rollout(
         device_name=device_name,
         eos_token_ids=eos_ids,
         pad_token_id=pad_id,
-        seed=int(rollout_config.get("seed", 0)) + _rank(),
+        seed=int(rollout_config.seed) + _rank(),
     )
 
 

@@ -198,8 +198,8 @@ def build_hf_engine_model(
 
     from transformers import AutoModelForCausalLM
 
-    dtype = resolve_dtype(rollout_config.get("dtype", "bfloat16"))
-    trust = bool(model_config.get("trust_remote_code", False))
+    dtype = resolve_dtype(rollout_config.dtype)
+    trust = bool(model_config.trust_remote_code)
     if actor_module is None:
         path = os.path.expanduser(model_config.get("path"))
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)

@@ -1,11 +1,12 @@
 """Resolve the sampling parameters of one ``generate_sequences`` call.
 
-Precedence (verl 0.5's vLLM rollout, plus the meta_info overrides the trainer sends):
+Precedence (verl 0.5's vLLM rollout, plus the per-call overrides verl's HF rollout accepts):
 
-1. ``rollout.*`` config: ``temperature``, ``top_k``, ``top_p``, ``do_sample``, ``response_length``,
-   ``ignore_eos``, ``calculate_log_probs``;
-2. ``meta_info`` overrides: ``temperature``, ``top_k``, ``top_p``, ``response_length``, ``n``,
-   ``ignore_eos``, ``eos_token_id``, ``pad_token_id``, ``do_sample``;
+1. ``rollout.*`` config, given to the engine at construction: ``temperature``, ``top_k``, ``top_p``,
+   ``do_sample``, ``response_length``, ``ignore_eos``, ``calculate_log_probs``;
+2. ``meta_info`` per-call overrides: ``do_sample``, ``validate`` (what the trainer varies per call), and for
+   external verl-style callers ``temperature``, ``top_k``, ``top_p``, ``response_length``, ``n``,
+   ``ignore_eos``, ``eos_token_id``, ``pad_token_id`` (the trainer does not need them);
 3. ``meta_info["validate"]`` → ``rollout.val_kwargs`` (``top_k``, ``top_p``, ``temperature``, ``n``,
    ``do_sample``);
 4. ``do_sample=False`` (from meta_info, or val_kwargs when validating) → greedy: temperature 0,
@@ -31,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 _GREEDY_TEMPERATURE = 0.0
+_RESPONSES_PER_ROW = 1  # the trainer repeats rows rollout.n times before the call (verl 0.5)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def resolve_sampling_params(
     """Sampling parameters for one call (see the module docstring for the precedence).
 
     Args:
-        rollout_config: the ``actor_rollout_ref.rollout`` section (DictConfig or dict).
+        rollout_config: the ``actor_rollout_ref.rollout`` section with every YAML key (the engine's, from construction).
         meta_info: the ``DataProto.meta_info`` of the prompts.
         eos_token_ids: the default stop ids (tokenizer + generation_config); ``meta_info["eos_token_id"]``
             ids are added to them.
@@ -113,20 +115,20 @@ def resolve_sampling_params(
         raise ValueError("no EOS token id: the tokenizer has no eos_token_id and meta_info has no 'eos_token_id'")
     pad = meta.get("pad_token_id", pad_token_id)
     params = SamplingParams(
-        temperature=float(meta.get("temperature", _get(rollout_config, "temperature", 1.0))),
-        top_k=int(meta.get("top_k", _get(rollout_config, "top_k", -1))),
-        top_p=float(meta.get("top_p", _get(rollout_config, "top_p", 1.0))),
-        do_sample=bool(_get(rollout_config, "do_sample", True)),
-        max_new_tokens=int(meta.get("response_length", _get(rollout_config, "response_length", 512))),
-        n=int(meta.get("n", 1)),
-        ignore_eos=bool(meta.get("ignore_eos", _get(rollout_config, "ignore_eos", False))),
+        temperature=float(_per_call(meta, "temperature", rollout_config.temperature)),
+        top_k=int(_per_call(meta, "top_k", rollout_config.top_k)),
+        top_p=float(_per_call(meta, "top_p", rollout_config.top_p)),
+        do_sample=bool(rollout_config.do_sample),
+        max_new_tokens=int(_per_call(meta, "response_length", rollout_config.response_length)),
+        n=int(_per_call(meta, "n", _RESPONSES_PER_ROW)),
+        ignore_eos=bool(_per_call(meta, "ignore_eos", rollout_config.ignore_eos)),
         eos_token_ids=eos,
         pad_token_id=int(pad if pad is not None else eos[0]),
-        calculate_log_probs=bool(_get(rollout_config, "calculate_log_probs", False)),
+        calculate_log_probs=bool(rollout_config.calculate_log_probs),
     )
     if meta.get("validate", False):
-        params = _apply_val_kwargs(params, _get(rollout_config, "val_kwargs"), meta)
-    if not meta.get("do_sample", params.do_sample):
+        params = _apply_val_kwargs(params, rollout_config.val_kwargs, meta)
+    if not _per_call(meta, "do_sample", params.do_sample):
         params = replace(params, do_sample=False)
     if not params.do_sample:
         params = replace(params, temperature=_GREEDY_TEMPERATURE, top_k=-1, top_p=1.0, n=1)
@@ -134,17 +136,20 @@ def resolve_sampling_params(
     return params
 
 
+def _per_call(meta: Mapping[str, Any], key: str, configured: Any) -> Any:
+    """``meta_info[key]`` when the caller overrides it for this call, else the configured value."""
+    return meta[key] if key in meta else configured
+
+
 def _apply_val_kwargs(params: SamplingParams, val_kwargs: Any, meta: Mapping[str, Any]) -> SamplingParams:
     """``validate=True``: ``rollout.val_kwargs`` replace the training sampling keys."""
-    if val_kwargs is None:
-        return params
     return replace(
         params,
-        temperature=float(_get(val_kwargs, "temperature", params.temperature)),
-        top_k=int(_get(val_kwargs, "top_k", params.top_k)),
-        top_p=float(_get(val_kwargs, "top_p", params.top_p)),
-        do_sample=bool(_get(val_kwargs, "do_sample", params.do_sample)),
-        n=int(meta.get("n", 1)),  # the trainer repeats rows val_kwargs.n times itself, as verl 0.5 does
+        temperature=float(val_kwargs.temperature),
+        top_k=int(val_kwargs.top_k),
+        top_p=float(val_kwargs.top_p),
+        do_sample=bool(val_kwargs.do_sample),
+        n=int(_per_call(meta, "n", _RESPONSES_PER_ROW)),  # the trainer repeats rows val_kwargs.n times itself (verl 0.5)
     )
 
 

@@ -36,18 +36,18 @@ def import_sglang() -> Any:
 def build_engine_kwargs(rollout_config: Any, model_config: Any, *, follows_actor: bool, seed: int) -> dict[str, Any]:
     """``sgl.Engine(**kwargs)`` from the verl rollout keys (+ ``rollout.engine_kwargs.sglang``)."""
     prompt_length, response_length = int(rollout_config.prompt_length), int(rollout_config.response_length)
-    load_format = str(rollout_config.get("load_format", "dummy_dtensor") or "auto")
+    load_format = str(rollout_config.load_format or "auto")
     kwargs: dict[str, Any] = {
         "model_path": os.path.expanduser(model_config.get("path")),
-        "dtype": str(resolve_dtype(rollout_config.get("dtype", "bfloat16") or "bfloat16")).replace("torch.", ""),
-        "mem_fraction_static": float(rollout_config.get("gpu_memory_utilization", 0.5) or 0.5),
-        "tp_size": int(rollout_config.get("tensor_model_parallel_size", 1) or 1),
+        "dtype": str(resolve_dtype(rollout_config.dtype)).replace("torch.", ""),
+        "mem_fraction_static": float(rollout_config.gpu_memory_utilization),
+        "tp_size": int(rollout_config.tensor_model_parallel_size),
         "context_length": int(rollout_config.get("max_model_len", None) or prompt_length + response_length),
         "load_format": "dummy" if follows_actor and load_format.startswith("dummy") else "auto",
-        "trust_remote_code": bool(model_config.get("trust_remote_code", False)),
+        "trust_remote_code": bool(model_config.trust_remote_code),
         "random_seed": seed,
         "skip_tokenizer_init": False,
-        "enable_memory_saver": bool(rollout_config.get("free_cache_engine", True)),
+        "enable_memory_saver": bool(rollout_config.free_cache_engine),
     }
     extra = rollout_config.get("engine_kwargs", {}) or {}
     kwargs.update({k: v for k, v in dict(extra.get("sglang", {}) or {}).items() if v is not None})

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from hybridrl.workers.engine.lora import lora_enabled
 from hybridrl.workers.rollout.base import LoRAAdapterRejected
 
 logger = logging.getLogger(__name__)
@@ -38,9 +39,9 @@ _PEFT_PREFIX = "base_model.model."
 def lora_engine_kwargs(model_config: Any) -> dict[str, Any]:
     """``enable_lora`` / ``max_loras`` / ``max_lora_rank`` for a LoRA actor; ``{}`` (merged-weight sync) when
     ``model.lora_rank`` is 0 or beyond what vLLM serves (logged)."""
-    rank = int((model_config.get("lora_rank", 0) if model_config is not None else 0) or 0)
-    if rank <= 0:
+    if not lora_enabled(model_config):
         return {}
+    rank = int(model_config.lora_rank)
     fitting = [r for r in _SUPPORTED_MAX_LORA_RANKS if r >= rank]
     if not fitting:
         logger.warning(

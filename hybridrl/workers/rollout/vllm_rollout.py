@@ -91,7 +91,7 @@ def build_engine_kwargs(
         "enable_chunked_prefill": bool(_opt(rollout_config, "enable_chunked_prefill", True)),
         "enable_prefix_caching": bool(_opt(rollout_config, "enable_prefix_caching", False)),
         "tensor_parallel_size": tp_size,
-        "trust_remote_code": bool(model_config.get("trust_remote_code", False)),
+        "trust_remote_code": bool(model_config.trust_remote_code),
         # dummy*: random weights at start, the first sync loads the actor's (verl's dummy_dtensor)
         "load_format": "dummy" if follows_actor and load_format.startswith("dummy") else "auto",
         "disable_log_stats": bool(_opt(rollout_config, "disable_log_stats", True)),
@@ -278,5 +278,5 @@ class VLLMRollout(BaseRollout):
 
 def _adapter_slot(llm: Any, model_config: Any) -> VLLMAdapterSlot:
     """Adapter folders under ``/dev/shm`` with ``model.use_shm`` (where it exists), else the temp dir."""
-    use_shm = bool(model_config.get("use_shm", False)) and os.path.isdir("/dev/shm")
+    use_shm = bool(model_config.use_shm) and os.path.isdir("/dev/shm")
     return VLLMAdapterSlot(llm, root_dir="/dev/shm" if use_shm else None)

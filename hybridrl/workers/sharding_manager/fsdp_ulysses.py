@@ -47,10 +47,10 @@ def sp_group_from_config(section_config: Any, section: str) -> Any:
     Raises:
         ValueError: SP without ``use_remove_padding``, or a size that does not divide the world size.
     """
-    sp_size = int(section_config.get("ulysses_sequence_parallel_size", 1) or 1)
+    sp_size = int(section_config.ulysses_sequence_parallel_size or 1)
     if sp_size <= 1:
         return None
-    if not bool(section_config.model.get("use_remove_padding", False)):
+    if not bool(section_config.model.use_remove_padding):
         raise ValueError(
             f"{section}.ulysses_sequence_parallel_size={sp_size} needs {section}.model.use_remove_padding=True "
             "(as in verl); set it, or the size to 1."

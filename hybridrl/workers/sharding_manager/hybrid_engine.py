@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.workers.engine.lora import unwrap_peft
 from hybridrl.workers.rollout import build_rollout
 from hybridrl.workers.rollout.base import BaseRollout, LoRAAdapterRejected
@@ -207,17 +208,9 @@ class RolloutHandle:
 def build_rollout_handle(
     rollout_config: Any, model_config: Any, *, tokenizer: Any, hf_config: Any, actor_module: Any, device_name: str
 ) -> RolloutHandle:
-    """Build the engine named by ``rollout.name`` (``hybridrl.workers.rollout.build_rollout``) and the handle around it.
-
-    Args:
-        rollout_config: ``actor_rollout_ref.rollout``.
-        model_config: ``actor_rollout_ref.model`` (``path``, ``trust_remote_code``, ...).
-        tokenizer: the actor's tokenizer (EOS / pad ids).
-        hf_config: the actor's HF config (with ``override_config`` applied).
-        actor_module: the FSDP-wrapped or plain training module to follow; None: the engine loads
-            ``model.path`` itself and never syncs (offline generation).
-        device_name: ``cpu`` or ``cuda``.
-    """
+    """The engine named by ``rollout.name`` (:func:`hybridrl.workers.rollout.build_rollout`, same arguments)
+    inside the handle that keeps it in step with ``actor_module``."""
+    rollout_config = section_with_defaults(rollout_config, "actor_rollout_ref.rollout")
     engine = build_rollout(
         rollout_config,
         model_config,
@@ -229,7 +222,7 @@ def build_rollout_handle(
     return RolloutHandle(
         engine,
         actor_module,
-        engine_name=rollout_config.get("name", "vllm"),
-        bucket_megabytes=int(rollout_config.get("update_weights_bucket_megabytes", 512)),
-        free_cache_engine=bool(rollout_config.get("free_cache_engine", True)),
+        engine_name=rollout_config.name,
+        bucket_megabytes=int(rollout_config.update_weights_bucket_megabytes),
+        free_cache_engine=bool(rollout_config.free_cache_engine),
     )

@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_adv_estimator_fn
@@ -340,7 +340,7 @@ def test_grpo_passk_matches_loop(seed, norm):
         np.concatenate([index, index[::-1]]),
     )
     adv, _ = core_algos.compute_grpo_passk_outcome_advantage(
-        rewards, mask, index, config=OmegaConf.create({"norm_adv_by_std_in_grpo": norm})
+        rewards, mask, index, config=compose_section("algorithm", norm_adv_by_std_in_grpo=norm)
     )
     torch.testing.assert_close(adv, loop_passk(rewards, mask, index, norm), atol=1e-5, rtol=1e-5)
 

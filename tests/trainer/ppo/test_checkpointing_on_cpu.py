@@ -10,12 +10,12 @@ import random
 import numpy as np
 import pytest
 import torch
+from config_testlib import compose_config
 
 from hybridrl.trainer.ppo.checkpointing import Checkpointer, CheckpointError
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
-from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import common_overrides, make_trainer
 
 

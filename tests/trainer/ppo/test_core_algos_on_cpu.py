@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import (
@@ -149,7 +149,7 @@ def test_fixed_kl_never_moves_and_state_round_trips():
 
 
 def test_get_kl_controller_from_config():
-    fixed = get_kl_controller(OmegaConf.create({"type": "fixed", "kl_coef": 0.001, "horizon": 10000, "target_kl": 0.1}))
+    fixed = get_kl_controller(compose_section("algorithm.kl_ctrl"))  # fixed, 0.001, 10000, 0.1
     assert isinstance(fixed, FixedKLController) and fixed.value == 0.001
     adaptive = get_kl_controller({"type": "adaptive", "kl_coef": 0.2, "horizon": 10000, "target_kl": 0.1})
     assert isinstance(adaptive, AdaptiveKLController)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from config_testlib import compose_section
 from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
@@ -19,15 +20,7 @@ from hybridrl.trainer.ppo.driver_helpers import (
     compute_response_mask,
 )
 
-ALGO = OmegaConf.create(
-    {
-        "gamma": 1.0,
-        "lam": 1.0,
-        "norm_adv_by_std_in_grpo": True,
-        "use_pf_ppo": False,
-        "pf_ppo": {"reweight_method": "pow", "weight_pow": 2.0},
-    }
-)
+ALGO = compose_section("algorithm", gamma=1.0, lam=1.0, pf_ppo={"reweight_method": "pow", "weight_pow": 2.0})
 
 
 def make_batch(seed: int = 0, groups: int = 3, n: int = 2, prompt_len: int = 3, resp_len: int = 4) -> DataProto:

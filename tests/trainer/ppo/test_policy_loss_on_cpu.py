@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.algos import policy_losses
 from hybridrl.trainer.ppo import core_algos
@@ -17,25 +17,8 @@ LN = math.log
 
 
 def actor_config(**overrides):
-    """The actor section as OmegaConf, with verl 0.5's defaults for the keys the losses read."""
-    cfg = {
-        "clip_ratio": 0.2,
-        "clip_ratio_low": 0.2,
-        "clip_ratio_high": 0.2,
-        "clip_ratio_c": 3.0,
-        "policy_loss": {
-            "loss_mode": "vanilla",
-            "clip_cov_ratio": 0.0002,
-            "clip_cov_lb": 1.0,
-            "clip_cov_ub": 5.0,
-            "kl_cov_ratio": 0.0002,
-            "ppo_kl_coef": 0.1,
-        },
-    }
-    policy_overrides = overrides.pop("policy_loss", {})
-    cfg.update(overrides)
-    cfg["policy_loss"].update(policy_overrides)
-    return OmegaConf.create(cfg)
+    """The shipped actor section (verl 0.5's defaults for the keys the losses read); ``policy_loss`` merges."""
+    return compose_section("actor_rollout_ref.actor", **overrides)
 
 
 # ---------------------------------------------------------------------------

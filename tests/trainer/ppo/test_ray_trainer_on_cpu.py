@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from config_testlib import compose_config
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
-from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import R as RESPONSE_LENGTH
 from tests.recipes.fakes import make_trainer
 
@@ -96,7 +96,7 @@ def test_critic_warmup_delays_actor_updates(setup):
 def test_total_training_steps_stops_the_loop(setup):
     trainer = setup(**{"trainer.total_training_steps": 3})
     assert trainer.total_training_steps == 3
-    assert trainer.config.actor_rollout_ref.actor.optim.total_training_steps == 3  # fed to the LR scheduler
+    assert trainer.batch_plan.policy_worker_plan().total_training_steps == 3  # fed to the LR scheduler
     trainer.fit()
     assert len(_calls(trainer, "update_actor")) == 3 and trainer.global_steps == 3
 

@@ -4,6 +4,7 @@ tests/single_controller/test_failures_on_cpu.py."""
 from __future__ import annotations
 
 import pytest
+from config_testlib import compose_config
 from omegaconf import OmegaConf
 
 from hybridrl.trainer.ppo.roles import Role, need_critic, need_reference_policy, need_reward_model
@@ -17,15 +18,10 @@ def test_role_strings_are_the_worker_group_prefixes():
 
 
 def _cfg(**over):
-    base = {
-        "algorithm": {"adv_estimator": "gae", "use_kl_in_reward": False},
-        "actor_rollout_ref": {"actor": {"use_kl_loss": False}},
-        "critic": {},
-        "reward_model": {"enable": False},
-    }
-    cfg = OmegaConf.create(base)
+    """The shipped ppo_trainer tree (gae, no KL, no reward model) with dotted ``over`` values set."""
+    cfg = compose_config()
     for key, value in over.items():
-        OmegaConf.update(cfg, key, value, force_add=True)
+        OmegaConf.update(cfg, key, value)
     return cfg
 
 

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.trainer.sft.data import ValidationShard, build_dataset, dataset_class
 from hybridrl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
@@ -28,8 +28,8 @@ def test_validation_shards_cover_every_sample_once():
 
 
 def test_dataset_class_follows_multiturn_enable():
-    assert dataset_class(OmegaConf.create({"multiturn": {"enable": False}})) is SFTDataset
-    assert dataset_class(OmegaConf.create({"multiturn": {"enable": True}})) is MultiTurnSFTDataset
+    assert dataset_class(compose_section("data", config_name="sft_trainer")) is SFTDataset
+    assert dataset_class(compose_section("data", config_name="sft_trainer", multiturn__enable=True)) is MultiTurnSFTDataset
 
 
 def test_multiturn_loss_targets_are_the_assistant_turns(tokenizer, tmp_path):
@@ -41,7 +41,7 @@ def test_multiturn_loss_targets_are_the_assistant_turns(tokenizer, tmp_path):
     ]
     path = tmp_path / "chat.parquet"
     pq.write_table(pa.Table.from_pylist([{"messages": conversation}]), path)
-    config = OmegaConf.create({"max_length": 64, "truncation": "error", "multiturn": {"enable": True}})
+    config = compose_section("data", config_name="sft_trainer", max_length=64, multiturn__enable=True)
     item = build_dataset(str(path), tokenizer, config)[0]
     # the trainer's convention: position t counts when token t + 1 is a target (loss_mask[:, :-1] vs ids[:, 1:])
     targets = item["input_ids"][1:][item["loss_mask"][:-1].bool()]

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.distributed as dist
+from config_testlib import compose_config
 
 from hybridrl.trainer.sft.config import validate_sft_config
-from hybridrl.utils.config import compose_config
 
 
 @pytest.fixture

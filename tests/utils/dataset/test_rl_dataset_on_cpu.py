@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from config_testlib import compose_section
 
 from hybridrl.utils.dataset.rl_dataset import RLHFDataset, collate_fn, create_rl_dataset, get_dataset_class
 
@@ -112,7 +113,7 @@ def test_multiple_files_listconfig_and_home(tokenizer, tmp_path, monkeypatch):
     write(tmp_path / "b.parquet", make_rows(["b1"], data_source="openai/gsm8k"))
     monkeypatch.setenv("HOME", str(tmp_path))
     files = OmegaConf.create(["~/a.parquet", os.path.join(str(tmp_path), "b.parquet")])
-    ds = RLHFDataset(files, tokenizer, OmegaConf.create({"max_prompt_length": 32}))
+    ds = RLHFDataset(files, tokenizer, compose_section("data", max_prompt_length=32))
     assert len(ds) == 3 and ds[2]["data_source"] == "openai/gsm8k"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
@@ -41,29 +41,18 @@ def make_ppo_batch(batch_size: int = 4, vocab: int = 500, seed: int = 0, full_re
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def actor_config(**overrides):
-    """The ``actor_rollout_ref.actor`` keys the actor reads (verl 0.5 defaults), already per rank."""
-    base = {
-        "ppo_mini_batch_size": 4,
-        "ppo_micro_batch_size_per_gpu": 4,
-        "use_dynamic_bsz": False,
-        "ppo_max_token_len_per_gpu": 16384,
-        "ppo_epochs": 1,
-        "clip_ratio": 0.2,
-        "clip_ratio_low": 0.2,
-        "clip_ratio_high": 0.2,
-        "clip_ratio_c": 3.0,
-        "policy_loss": {"loss_mode": "vanilla"},
-        "loss_agg_mode": "token-mean",
-        "entropy_coeff": 0,
-        "use_kl_loss": False,
-        "kl_loss_coef": 0.001,
-        "kl_loss_type": "low_var_kl",
-        "grad_clip": 1.0,
-        "use_remove_padding": False,
-    }
-    base.update(overrides)
-    return OmegaConf.create(base)
+def actor_config(use_remove_padding: bool = False, enable_activation_offload: bool = False, **overrides):
+    """The shipped ``actor_rollout_ref.actor`` section with per-rank sizes (4 samples per mini-batch and micro-batch).
+
+    ``use_remove_padding`` / ``enable_activation_offload`` are ``actor_rollout_ref.model`` switches that verl's
+    worker copies into the actor section (where ``DataParallelPPOActor`` reads them).
+    """
+    section = compose_section(
+        "actor_rollout_ref.actor", **{"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4, **overrides}
+    )
+    section.use_remove_padding = use_remove_padding
+    section.enable_activation_offload = enable_activation_offload
+    return section
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import os
 
 import pytest
 import torch
+from config_testlib import compose_config, compose_section
 from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config import compose_config
 from tests.workers.fsdp_workers_testlib import RESPONSE_LEN as R
 from tests.workers.fsdp_workers_testlib import ppo_batch
 
@@ -81,7 +81,7 @@ def plain_values(module, data: DataProto) -> torch.Tensor:
     """Values ``[B, R]`` of a plain (unwrapped) HF / peft value model through the same dp critic code."""
     from hybridrl.workers.critic import DataParallelPPOCritic
 
-    config = OmegaConf.create({"use_remove_padding": False, "ulysses_sequence_parallel_size": 1})
+    config = compose_section("critic")
     data = DataProto.from_dict(tensors=dict(data.batch.items()), meta_info={"micro_batch_size": 2})
     return DataParallelPPOCritic(config, module.eval(), None).compute_values(data)
 
@@ -194,7 +194,10 @@ def test_value_head_trains_in_full_whatever_the_targets(tiny_model_dir, targets,
     from hybridrl.workers.engine.lora import apply_value_lora, lora_scalings
 
     module, _ = load_hf_model(tiny_model_dir, kind="token_classification", torch_dtype=torch.float32)
-    config = OmegaConf.create({"lora_rank": 4, "lora_alpha": 8, "target_modules": targets, "exclude_modules": exclude})
+    config = OmegaConf.create(  # critic.model has no exclude_modules in the YAML: a literal section
+        {"lora_rank": 4, "lora_alpha": 8, "target_modules": targets, "exclude_modules": exclude,
+         "enable_gradient_checkpointing": False}
+    )
     peft_model = apply_value_lora(module, config)
     scalings = lora_scalings(peft_model)
     assert len(scalings) == expected_lora and not any("score" in path for path in scalings)
@@ -209,7 +212,7 @@ def test_value_lora_needs_a_value_head(tiny_model_dir):
 
     causal_lm, _ = load_hf_model(tiny_model_dir, kind="causal_lm", torch_dtype=torch.float32)
     with pytest.raises(ValueError, match="ForTokenClassification"):
-        apply_value_lora(causal_lm, OmegaConf.create({"lora_rank": 4}))
+        apply_value_lora(causal_lm, compose_section("critic.model", lora_rank=4))
 
 
 def test_lora_critic_with_checkpointing_and_packing(tiny_model_dir):

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
@@ -44,20 +44,12 @@ def _batch(batch_size: int = 4, seed: int = 0) -> DataProto:
     return DataProto.from_dict(tensors=tensors, meta_info={"micro_batch_size": 2, "use_dynamic_bsz": False})
 
 
-def _config(**overrides):
-    base = {
-        "ppo_mini_batch_size": 4,
-        "ppo_micro_batch_size_per_gpu": 2,
-        "use_dynamic_bsz": False,
-        "ppo_max_token_len_per_gpu": 32768,
-        "ppo_epochs": 1,
-        "cliprange_value": 0.5,
-        "loss_agg_mode": "token-mean",
-        "grad_clip": 1.0,
-        "use_remove_padding": False,
-    }
-    base.update(overrides)
-    return OmegaConf.create(base)
+def _config(use_remove_padding: bool = False, **overrides):
+    """The shipped ``critic`` section with per-rank sizes; ``use_remove_padding`` is copied in from ``critic.model``
+    as the worker does."""
+    section = compose_section("critic", **{"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, **overrides})
+    section.use_remove_padding = use_remove_padding
+    return section
 
 
 def test_values_are_response_slice_of_value_head_and_masked(value_model):

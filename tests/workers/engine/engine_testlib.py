@@ -87,38 +87,29 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
 
 # ----------------------------------------------------------------------------- a tiny training setup
 
-FSDP_CONFIG = {
-    "param_offload": False,
-    "optimizer_offload": False,
-    "offload_policy": False,
-    "reshard_after_forward": True,
-    "fsdp_size": -1,
-    "wrap_policy": {"min_num_params": 0},
-    "forward_prefetch": False,
-}
-OPTIM_CONFIG = {
-    "lr": 1e-2,
-    "betas": [0.9, 0.999],
-    "weight_decay": 0.01,
-    "lr_warmup_steps": 2,
-    "lr_warmup_steps_ratio": 0.0,
-    "total_training_steps": 10,
-    "warmup_style": "cosine",
-    "min_lr_ratio": 0.1,
-    "num_cycles": 0.5,
-}
+def fsdp_config(**values):
+    """The shipped ``actor_rollout_ref.actor.fsdp_config`` section (``values`` override its keys)."""
+    from config_testlib import compose_section
+
+    return compose_section("actor_rollout_ref.actor.fsdp_config", **values)
+
+
+def optim_config(**values):
+    """The shipped ``actor_rollout_ref.actor.optim`` section with a 10-step cosine schedule (2 warmup steps)."""
+    from config_testlib import compose_section
+
+    schedule = {"lr": 1e-2, "lr_warmup_steps": 2, "total_training_steps": 10, "warmup_style": "cosine"}
+    return compose_section("actor_rollout_ref.actor.optim", **{**schedule, "min_lr_ratio": 0.1, **values})
 
 
 def build_training_setup(model_dir: str, strategy: str = "fsdp2", kind: str = "causal_lm") -> tuple:
     """``(module, optimizer, lr_scheduler, tokenizer)`` for ``model_dir`` wrapped with ``strategy``."""
-    from omegaconf import OmegaConf
-
     from hybridrl.workers.engine import apply_fsdp, build_lr_scheduler, build_optimizer, build_tokenizer, load_hf_model
 
     module, _ = load_hf_model(model_dir, kind=kind)
-    module = apply_fsdp(module, OmegaConf.create(FSDP_CONFIG), strategy=strategy)
-    optimizer = build_optimizer(module, OmegaConf.create(OPTIM_CONFIG))
-    scheduler = build_lr_scheduler(optimizer, OmegaConf.create(OPTIM_CONFIG))
+    module = apply_fsdp(module, fsdp_config(), strategy=strategy)
+    optimizer = build_optimizer(module, optim_config())
+    scheduler = build_lr_scheduler(optimizer, optim_config())
     return module, optimizer, scheduler, build_tokenizer(model_dir)
 
 

@@ -7,12 +7,11 @@ import random
 import pytest
 import torch
 import torch.distributed as dist
-from engine_testlib import FSDP_CONFIG, build_training_setup, run_ranks, token_batch, train_step
-from omegaconf import OmegaConf
+from engine_testlib import build_training_setup, fsdp_config, optim_config, run_ranks, token_batch, train_step
 
 pytestmark = pytest.mark.slow
 
-OPTIM = OmegaConf.create({"lr": 1e-2, "betas": [0.9, 0.999], "weight_decay": 0.01})
+LR = 1e-2
 
 
 # ----------------------------------------------------------------------------- code run on each rank
@@ -23,7 +22,7 @@ def _sharded_vs_plain(model_dir, strategy):
     from hybridrl.workers.engine import apply_fsdp, iter_full_state_dict, load_hf_model
 
     reference, _ = load_hf_model(model_dir)
-    wrapped = apply_fsdp(load_hf_model(model_dir)[0], OmegaConf.create(FSDP_CONFIG), strategy=strategy)
+    wrapped = apply_fsdp(load_hf_model(model_dir)[0], fsdp_config(), strategy=strategy)
     ids = token_batch(0, batch=4)
     with torch.no_grad():
         logits_diff = float((wrapped(input_ids=ids).logits - reference(input_ids=ids).logits).abs().max())
@@ -45,12 +44,12 @@ def _dp_step_matches_single_process(model_dir, rank):
 
     ids = token_batch(1, batch=4)
     plain, _ = load_hf_model(model_dir)
-    plain_opt = build_optimizer(plain, OPTIM)
+    plain_opt = build_optimizer(plain, optim_config(lr=LR))
     plain(input_ids=ids, labels=ids).loss.backward()
     plain_norm, _ = clip_grad_and_step(plain, plain_opt, max_norm=1.0)
 
-    wrapped = apply_fsdp(load_hf_model(model_dir)[0], OmegaConf.create(FSDP_CONFIG))
-    optimizer = build_optimizer(wrapped, OPTIM)
+    wrapped = apply_fsdp(load_hf_model(model_dir)[0], fsdp_config())
+    optimizer = build_optimizer(wrapped, optim_config(lr=LR))
     half = ids[2 * rank : 2 * rank + 2]  # equal token counts, so the mean of means is the full mean
     wrapped(input_ids=half, labels=half).loss.backward()
     norm, stepped = clip_grad_and_step(wrapped, optimizer, max_norm=1.0)
@@ -65,7 +64,7 @@ def _critic_head_checksum(model_dir, rank):
 
     torch.manual_seed(1000 + rank)
     module, _ = load_hf_model(model_dir, kind="token_classification")
-    wrapped = apply_fsdp(module, OmegaConf.create(FSDP_CONFIG))
+    wrapped = apply_fsdp(module, fsdp_config())
     score = get_full_state_dict(wrapped)["score.weight"]
     gathered = [None, None]
     dist.all_gather_object(gathered, score)
@@ -96,7 +95,7 @@ def _save_hsdp_checkpoint(model_dir, path):
     """fsdp_size=1 on 2 ranks: a 2-D (ddp=2, fsdp=1) mesh, i.e. HSDP with replicated params."""
     from hybridrl.workers.engine import FSDPCheckpointManager, apply_fsdp, load_hf_model
 
-    config = OmegaConf.create({**FSDP_CONFIG, "fsdp_size": 1})
+    config = fsdp_config(fsdp_size=1)
     wrapped = apply_fsdp(load_hf_model(model_dir)[0], config)
     assert wrapped.model.embed_tokens.weight.device_mesh.mesh_dim_names == ("ddp", "fsdp")
     with torch.no_grad():
@@ -171,7 +170,7 @@ def test_two_rank_step_equals_single_process_full_batch_step(fsdp_results):
         assert step["grad_norm"] == pytest.approx(step["plain_grad_norm"], rel=1e-5)
         # Adam's first update is lr·g/(|g|+eps) ≈ ±lr: for near-zero g the different reduction order
         # (reduce-scatter vs one sum) moves it by a fraction of lr (lr=1e-2, seen 1.4e-5); 1% of lr bounds it.
-        assert step["param_diff"] < 1e-2 * OPTIM.lr
+        assert step["param_diff"] < 1e-2 * LR
     assert fsdp_results[0]["dp_step"]["grad_norm"] == fsdp_results[1]["dp_step"]["grad_norm"]
 
 

@@ -7,16 +7,14 @@ import random
 import numpy as np
 import pytest
 import torch
+from config_testlib import compose_section
 from engine_testlib import build_training_setup, single_rank_group, token_batch, train_step
-from omegaconf import OmegaConf
 
 from hybridrl.utils.checkpoint import find_latest_ckpt_path, write_checkpoint_tracker
 from hybridrl.workers.engine import FSDPCheckpointManager, get_full_state_dict
 from hybridrl.workers.engine.state_dict import get_sharded_optimizer_state_dict
 
-CONTENTS = OmegaConf.create(
-    {"save_contents": ["model", "optimizer", "extra"], "load_contents": ["model", "optimizer", "extra"]}
-)
+CONTENTS = compose_section("actor_rollout_ref.actor.checkpoint")  # model, optimizer, extra (load = save)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,7 +94,7 @@ def test_hf_model_content_writes_loadable_weights(tiny_model_dir, tmp_path):
     setup = build_training_setup(tiny_model_dir)
     train_step(setup[0], setup[1], setup[2], token_batch(0))
     path = tmp_path / "global_step_1" / "actor"
-    config = OmegaConf.create({"save_contents": ["model", "hf_model"], "load_contents": ["model"]})
+    config = compose_section("actor_rollout_ref.actor.checkpoint", save_contents=["model", "hf_model"], load_contents=["model"])
     _manager(setup, config).save_checkpoint(str(path), global_step=1)
     reloaded = AutoModelForCausalLM.from_pretrained(path / "huggingface")
     ids = token_batch(5)

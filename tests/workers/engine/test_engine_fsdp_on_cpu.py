@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from config_testlib import compose_section
 from engine_testlib import single_rank_group
 from omegaconf import OmegaConf
 from torch.distributed.tensor import DTensor
@@ -23,17 +24,8 @@ from hybridrl.workers.engine import (
     offload_optimizer,
 )
 
-FSDP_CONFIG = OmegaConf.create(
-    {
-        "param_offload": False,
-        "offload_policy": False,
-        "reshard_after_forward": True,
-        "fsdp_size": -1,
-        "wrap_policy": {"min_num_params": 0},
-        "forward_prefetch": False,
-    }
-)
-OPTIM = OmegaConf.create({"lr": 1e-2, "betas": [0.9, 0.999], "weight_decay": 0.01})
+FSDP_CONFIG = compose_section("actor_rollout_ref.actor.fsdp_config")
+OPTIM = compose_section("actor_rollout_ref.actor.optim", lr=1e-2)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 from torch import nn
 
 from hybridrl.workers.engine.optim import (
@@ -16,18 +16,8 @@ from hybridrl.workers.engine.optim import (
 
 
 def _optim_config(**overrides):
-    base = {
-        "lr": 1.0,  # lr 1.0 makes the scheduler multiplier visible directly as the lr
-        "betas": [0.9, 0.999],
-        "weight_decay": 0.01,
-        "lr_warmup_steps": -1,
-        "lr_warmup_steps_ratio": 0.0,
-        "total_training_steps": 10,
-        "warmup_style": "constant",
-        "min_lr_ratio": 0.0,
-        "num_cycles": 0.5,
-    }
-    return OmegaConf.create({**base, **overrides})
+    # lr 1.0 makes the scheduler multiplier visible directly as the lr
+    return compose_section("actor_rollout_ref.actor.optim", **{"lr": 1.0, "total_training_steps": 10, **overrides})
 
 
 def _lrs(config, num_steps):

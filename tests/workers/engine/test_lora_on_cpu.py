@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from config_testlib import compose_section
 from omegaconf import OmegaConf
 
 from hybridrl.workers.engine import lora
@@ -20,11 +21,11 @@ def _tiny(model_dir):
 
 
 def test_lora_enabled_reads_rank():
-    assert lora.lora_enabled(OmegaConf.create({"lora_rank": 8}))
-    assert not lora.lora_enabled(OmegaConf.create({"lora_rank": 0}))
+    assert lora.lora_enabled(compose_section("actor_rollout_ref.model", lora_rank=8))
+    assert not lora.lora_enabled(compose_section("actor_rollout_ref.model"))
     assert not lora.lora_enabled(OmegaConf.create({}))
     with pytest.raises(ValueError, match="lora_rank must be > 0"):
-        lora.apply_lora(torch.nn.Linear(2, 2), OmegaConf.create({"lora_rank": 0}))
+        lora.apply_lora(torch.nn.Linear(2, 2), compose_section("actor_rollout_ref.model"))
 
 
 def test_base_name_strips_peft_and_wrapper_prefixes():
@@ -63,7 +64,7 @@ def test_merge_refuses_incomplete_layers_and_unknown_adapters():
 
 def test_apply_lora_trains_adapters_only_and_starts_as_base(tiny_model_dir):
     base = _tiny(tiny_model_dir)
-    model = lora.apply_lora(_tiny(tiny_model_dir), OmegaConf.create(LORA_CONFIG))
+    model = lora.apply_lora(_tiny(tiny_model_dir), compose_section("actor_rollout_ref.model", **LORA_CONFIG))
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     assert lora.unwrap_peft(model) is model and lora.unwrap_peft(base) is None
@@ -89,7 +90,7 @@ def test_apply_lora_trains_adapters_only_and_starts_as_base(tiny_model_dir):
 def test_exclude_modules_and_adapter_files(tiny_model_dir, tmp_path):
     from peft import PeftModel
 
-    config = OmegaConf.create({**LORA_CONFIG, "exclude_modules": ["o_proj"], "lora_alpha": 4})
+    config = compose_section("actor_rollout_ref.model", **{**LORA_CONFIG, "exclude_modules": ["o_proj"], "lora_alpha": 4})
     model = lora.apply_lora(_tiny(tiny_model_dir), config)
     names = [name for name, _ in model.named_parameters() if "lora_A" in name]
     assert names and not any("o_proj" in n for n in names) and any("q_proj" in n for n in names)

@@ -10,10 +10,10 @@ import os
 
 import pytest
 import torch
+from config_testlib import compose_config, compose_section
 from engine_testlib import run_ranks, single_rank_group
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config import compose_config
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 P, R = 6, 5
@@ -183,14 +183,12 @@ def test_checkpoint_adapter_resume_and_merge(lora_worker, tiny_model_dir, tmp_pa
     assert not any(".lora_" in name or "base_layer" in name for name in merged_model.state_dict())
     torch.testing.assert_close(base_log_probs(tiny_model_dir, probe, merged_model), saved, rtol=1e-5, atol=1e-5)
     # checkpoint.save_contents with hf_model: huggingface/ holds the merged weights under base names
-    from omegaconf import OmegaConf
-
     from hybridrl.workers.engine import FSDPCheckpointManager
 
     manager = FSDPCheckpointManager(
         worker.actor_module,
         processing_class=worker.tokenizer,
-        checkpoint_config=OmegaConf.create({"save_contents": ["model", "hf_model"]}),
+        checkpoint_config=compose_section("actor_rollout_ref.actor.checkpoint", save_contents=["model", "hf_model"]),
     )
     manager.save_checkpoint(str(tmp_path / "with_hf"), global_step=3)
     exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "with_hf" / "huggingface"), dtype=torch.float32)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from omegaconf import OmegaConf
+from config_testlib import compose_section
 
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
@@ -12,25 +12,23 @@ QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the su
 
 
 def rollout_config(**overrides):
-    """A verl-shaped ``actor_rollout_ref.rollout`` section for tests (fp32 so log-probs compare tightly)."""
-    base = {
+    """The shipped ``actor_rollout_ref.rollout`` section for tests: hf engine, fp32 (so log-probs compare tightly),
+    short prompts/responses, rollout log-probs on, a 1 MB weight-sync bucket."""
+    values = {
         "name": "hf",
-        "temperature": 1.0,
-        "top_k": -1,
-        "top_p": 1.0,
-        "do_sample": True,
         "response_length": 8,
         "prompt_length": 32,
         "dtype": "float32",
-        "n": 1,
-        "ignore_eos": False,
         "calculate_log_probs": True,
-        "free_cache_engine": True,
         "update_weights_bucket_megabytes": 1,
-        "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0, "n": 1, "do_sample": False},
+        **overrides,
     }
-    base.update(overrides)
-    return OmegaConf.create(base)
+    return compose_section("actor_rollout_ref.rollout", **values)
+
+
+def model_config(path, **overrides):
+    """The shipped ``actor_rollout_ref.model`` section for the model at ``path``."""
+    return compose_section("actor_rollout_ref.model", path=path, **overrides)
 
 
 def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
@@ -58,7 +56,7 @@ def build_handle(tiny_model_dir, tokenizer, actor, **overrides):
 
     return build_rollout_handle(
         rollout_config(**overrides),
-        OmegaConf.create({"path": tiny_model_dir}),
+        model_config(tiny_model_dir),
         tokenizer=tokenizer,
         hf_config=actor.config,
         actor_module=actor,

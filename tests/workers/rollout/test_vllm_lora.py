@@ -12,8 +12,7 @@ import os
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-from rollout_testlib import forward_log_probs, make_prompts, rollout_config
+from rollout_testlib import forward_log_probs, make_prompts, model_config, rollout_config
 
 from hybridrl.workers.sharding_manager import WeightSyncError
 
@@ -51,7 +50,7 @@ def lora_actor(tiny_model_dir):
     from hybridrl.workers.engine.lora import apply_lora
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    peft_model = apply_lora(model, OmegaConf.create(LORA)).eval()
+    peft_model = apply_lora(model, model_config(tiny_model_dir, **LORA)).eval()
     _randomize_adapter(peft_model, seed=1)
     return peft_model
 
@@ -65,7 +64,7 @@ def lora_handle(tiny_model_dir, tokenizer, lora_actor):
     )
     return build_rollout_handle(
         cfg,
-        OmegaConf.create({"path": tiny_model_dir, **LORA}),
+        model_config(tiny_model_dir, **LORA),
         tokenizer=tokenizer,
         hf_config=lora_actor.config,
         actor_module=lora_actor,

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-from rollout_testlib import build_handle, forward_log_probs, make_prompts, rollout_config
+from rollout_testlib import build_handle, forward_log_probs, make_prompts, model_config, rollout_config
 
 from hybridrl.workers.engine.lora import (
     apply_lora,
@@ -37,7 +36,7 @@ def lora_actor(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     model = apply_lora(
-        AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), OmegaConf.create(LORA)
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), model_config(tiny_model_dir, **LORA)
     )
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -48,16 +47,16 @@ def lora_actor(tiny_model_dir):
 
 
 def test_lora_engine_kwargs_round_the_rank_up_to_what_vllm_serves(caplog):
-    assert lora_engine_kwargs(OmegaConf.create({"lora_rank": 0})) == {}
-    assert lora_engine_kwargs(OmegaConf.create({"lora_rank": 4})) == {
+    assert lora_engine_kwargs(model_config("/m")) == {}
+    assert lora_engine_kwargs(model_config("/m", lora_rank=4)) == {
         "enable_lora": True,
         "max_loras": 1,
         "max_lora_rank": 8,
     }
-    assert lora_engine_kwargs(OmegaConf.create({"lora_rank": 64}))["max_lora_rank"] == 64
-    assert lora_engine_kwargs(OmegaConf.create({"lora_rank": 100}))["max_lora_rank"] == 128
+    assert lora_engine_kwargs(model_config("/m", lora_rank=64))["max_lora_rank"] == 64
+    assert lora_engine_kwargs(model_config("/m", lora_rank=100))["max_lora_rank"] == 128
     with caplog.at_level(logging.WARNING):
-        assert lora_engine_kwargs(OmegaConf.create({"lora_rank": 1024})) == {}
+        assert lora_engine_kwargs(model_config("/m", lora_rank=1024)) == {}
     assert "merged weights" in caplog.text
 
 
@@ -66,7 +65,7 @@ def test_engine_kwargs_enable_lora_only_for_a_lora_actor():
         cfg = rollout_config(name="vllm", engine_kwargs={"vllm": extra})
         return build_engine_kwargs(
             cfg,
-            OmegaConf.create({"path": "/m", **model}),
+            model_config("/m", **model),
             _HFConfig(),
             device_name="cpu",
             follows_actor=follows_actor,

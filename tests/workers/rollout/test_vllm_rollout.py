@@ -9,8 +9,7 @@ import os
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-from rollout_testlib import forward_log_probs, make_prompts, rollout_config
+from rollout_testlib import forward_log_probs, make_prompts, model_config, rollout_config
 
 from hybridrl.workers.sharding_manager import WeightSyncError
 
@@ -33,7 +32,7 @@ def vllm_handle(tiny_model_dir, tokenizer, vllm_actor):
     cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=64)
     return build_rollout_handle(
         cfg,
-        OmegaConf.create({"path": tiny_model_dir}),
+        model_config(tiny_model_dir),
         tokenizer=tokenizer,
         hf_config=vllm_actor.config,
         actor_module=vllm_actor,

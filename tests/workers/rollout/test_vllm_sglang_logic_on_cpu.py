@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
-from rollout_testlib import rollout_config
+from rollout_testlib import model_config, rollout_config
 
 from hybridrl.workers.rollout.sampling import resolve_sampling_params
 from hybridrl.workers.rollout.vllm_rollout import build_engine_kwargs, check_model_fits, to_vllm_sampling_kwargs
@@ -25,7 +24,7 @@ def test_build_engine_kwargs_from_verl_keys():
         engine_kwargs={"vllm": {"swap_space": None, "kv_cache_dtype": "auto"}},
     )
     kwargs = build_engine_kwargs(
-        cfg, OmegaConf.create({"path": "/m"}), _HFConfig(), device_name="cpu", follows_actor=True, seed=3
+        cfg, model_config("/m"), _HFConfig(), device_name="cpu", follows_actor=True, seed=3
     )
     assert kwargs["model"] == "/m" and kwargs["dtype"] == "bfloat16" and kwargs["load_format"] == "dummy"
     assert kwargs["max_model_len"] == 32 + 8  # prompt_length + response_length
@@ -33,7 +32,7 @@ def test_build_engine_kwargs_from_verl_keys():
     assert "gpu_memory_utilization" not in kwargs  # CPU engine
     gpu = build_engine_kwargs(
         rollout_config(name="vllm", tensor_model_parallel_size=2),
-        {"path": "/m"},
+        model_config("/m"),
         _HFConfig(),
         device_name="cuda",
         follows_actor=False,
@@ -72,7 +71,7 @@ def test_sglang_engine_kwargs_and_sampling():
     from hybridrl.workers.rollout.sglang_rollout import to_sglang_sampling_params
 
     cfg = rollout_config(name="sglang", engine_kwargs={"sglang": {"attention_backend": None}})
-    kwargs = sglang_kwargs(cfg, {"path": "/m"}, follows_actor=True, seed=1)
+    kwargs = sglang_kwargs(cfg, model_config("/m"), follows_actor=True, seed=1)
     assert kwargs["model_path"] == "/m" and kwargs["load_format"] == "dummy" and kwargs["context_length"] == 40
     assert "attention_backend" not in kwargs
     params = resolve_sampling_params(rollout_config(), {"do_sample": False}, eos_token_ids=[2], pad_token_id=3)
@@ -109,7 +108,7 @@ def test_sglang_contract_on_gpu(tiny_model_dir, tokenizer, actor):
 
     handle = build_rollout_handle(
         rollout_config(name="sglang", dtype="float32"),
-        OmegaConf.create({"path": tiny_model_dir}),
+        model_config(tiny_model_dir),
         tokenizer=tokenizer,
         hf_config=actor.config,
         actor_module=actor.cuda(),

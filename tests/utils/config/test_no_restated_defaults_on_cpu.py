@@ -20,7 +20,7 @@ CONFIGS = PACKAGE / "configs"
 
 # (file relative to the package, key): why this .get is not a restated YAML default
 NOT_CONFIG_READS = {
-    ("single_controller/ray/base.py", "num_cpus"): "Ray actor options / resources of a worker class, not the config",
+    ("single_controller/ray/actor_class.py", "num_cpus"): "Ray actor options / resources of a worker class, not the config",
 }
 
 

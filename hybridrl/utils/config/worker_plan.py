@@ -13,12 +13,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from hybridrl.utils.config.batch_plan import BatchPlan, compute_batch_plan
+from hybridrl.utils.config.batch_plan import BatchPlan, ForwardPlan, RolePlan, compute_batch_plan
 from hybridrl.utils.config.checks_batch import check_batch_sizes
 from hybridrl.utils.config.defaults import tree_with_section
 from hybridrl.utils.config.errors import ConfigError
 
-__all__ = ["standalone_batch_plan"]
+__all__ = ["standalone_batch_plan", "update_split"]
 
 
 def standalone_batch_plan(section: Any, path: str, world_size: int, checked: Sequence[str]) -> BatchPlan:
@@ -46,3 +46,19 @@ def standalone_batch_plan(section: Any, path: str, world_size: int, checked: Seq
     if problems:
         raise ConfigError(problems)
     return compute_batch_plan(tree)
+
+
+def update_split(section: Any, update: RolePlan | None) -> tuple[int, ForwardPlan]:
+    """``(mini-batch samples per rank, micro-batching)`` of a PPO update (actor or critic).
+
+    From ``update`` (the plan the driver handed over) when given; else from ``section`` itself, which then holds
+    per-rank sizes already (verl's contract for an actor/critic that user code builds directly).
+    """
+    if update is not None:
+        return update.mini_batch_samples_per_rank, update.micro_batching
+    dynamic = bool(section.use_dynamic_bsz)
+    micro_batching = ForwardPlan(
+        None if dynamic else section.ppo_micro_batch_size_per_gpu,
+        int(section.ppo_max_token_len_per_gpu) if dynamic else None,
+    )
+    return int(section.ppo_mini_batch_size), micro_batching

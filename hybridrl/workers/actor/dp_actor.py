@@ -38,6 +38,7 @@ from hybridrl.protocol import DataProto
 from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.config.errors import warn_once
+from hybridrl.utils.config.worker_plan import update_split
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
@@ -150,15 +151,7 @@ class DataParallelPPOActor(BasePPOActor):
         self._activation_offload = enable_activation_offload
         self._temperature = temperature
         self._log_prob_split = log_prob
-        if update is None:  # verl's contract: the section holds per-rank sizes
-            dynamic = bool(config.use_dynamic_bsz)
-            self._mini_batch_size = int(config.ppo_mini_batch_size)
-            self._update_split = ForwardPlan(
-                None if dynamic else config.ppo_micro_batch_size_per_gpu,
-                int(config.ppo_max_token_len_per_gpu) if dynamic else None,
-            )
-        else:
-            self._mini_batch_size, self._update_split = update.mini_batch_samples_per_rank, update.micro_batching
+        self._mini_batch_size, self._update_split = update_split(config, update)
         # resolved once; a reference policy (no optimizer) has no loss
         self._pg_loss = self._resolve_pg_loss() if actor_optimizer is not None else None
 

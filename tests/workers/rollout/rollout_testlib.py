@@ -13,7 +13,7 @@ QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the su
 
 def rollout_config(**overrides):
     """The shipped ``actor_rollout_ref.rollout`` section for tests: hf engine, fp32 (so log-probs compare tightly),
-    short prompts/responses, rollout log-probs on, a 1 MB weight-sync bucket."""
+    short prompts/responses, rollout log-probs on, a 1 MB weight-sync bucket, TP 1."""
     values = {
         "name": "hf",
         "response_length": 8,
@@ -21,6 +21,7 @@ def rollout_config(**overrides):
         "dtype": "float32",
         "calculate_log_probs": True,
         "update_weights_bucket_megabytes": 1,
+        "tensor_model_parallel_size": 1,  # one process per engine on CPU (the YAML says 2, as verl)
         **overrides,
     }
     return compose_section("actor_rollout_ref.rollout", **values)

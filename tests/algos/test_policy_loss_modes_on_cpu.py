@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from config_testlib import compose_section
 from omegaconf import OmegaConf
 
 from hybridrl.algos import policy_losses
@@ -30,24 +31,22 @@ MASK = torch.ones(1, 4)
 
 
 def actor_config(**overrides):
-    cfg = {
+    """The shipped actor section with the hyper-parameters these hand-computed cases use."""
+    values = {
         "clip_ratio": 0.2,
         "clip_ratio_low": 0.2,
         "clip_ratio_high": 0.2,
         "clip_ratio_c": 3.0,
         "loss_agg_mode": "token-mean",
-        "loss_scale_factor": None,
-        "policy_loss": {
-            "loss_mode": "vanilla",
-            "clip_cov_ratio": 1.0,  # every candidate token detached: deterministic
-            "clip_cov_lb": 1.0,
-            "clip_cov_ub": 5.0,
-            "kl_cov_ratio": 0.0002,
-            "ppo_kl_coef": 0.1,
-        },
+        "policy_loss__loss_mode": "vanilla",
+        "policy_loss__clip_cov_ratio": 1.0,  # every candidate token detached: deterministic
+        "policy_loss__clip_cov_lb": 1.0,
+        "policy_loss__clip_cov_ub": 5.0,
+        "policy_loss__kl_cov_ratio": 0.0002,
+        "policy_loss__ppo_kl_coef": 0.1,
+        **overrides,
     }
-    cfg.update(overrides)
-    return OmegaConf.create(cfg)
+    return compose_section("actor_rollout_ref.actor", **values)
 
 
 @pytest.mark.parametrize("mode", BUILTIN_LOSS_MODES)

@@ -3,8 +3,6 @@ and is updated with every trained batch (verl 0.5's experimental hook), with fak
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
 from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
@@ -12,28 +10,7 @@ from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import R as RESPONSE_LENGTH
 from tests.recipes.fakes import make_trainer
-
-SAMPLER_FILE = textwrap.dedent(
-    """
-    from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
-
-    class BackwardsCurriculum(AbstractCurriculumSampler):
-        '''Last prompt first; remembers the batches it was updated with.'''
-
-        def __init__(self, data_source, data_config):
-            self.size = len(data_source)
-            self.updates = []
-
-        def __iter__(self):
-            return iter(range(self.size - 1, -1, -1))
-
-        def __len__(self):
-            return self.size
-
-        def update(self, batch):
-            self.updates.append(batch)
-    """
-)
+from tests.utils.dataset.test_create_rl_sampler_on_cpu import SAMPLER_FILE  # ReversedCurriculum: last prompt first
 
 
 def test_curriculum_sampler_orders_the_prompts_and_sees_every_trained_batch(
@@ -45,7 +22,7 @@ def test_curriculum_sampler_orders_the_prompts_and_sees_every_trained_batch(
         "algorithm.adv_estimator": "grpo", "data.train_files": f"{arithmetic_data_dir}/train.parquet",
         "data.val_files": f"{arithmetic_data_dir}/test.parquet", "data.train_batch_size": 4,
         "data.max_prompt_length": 64, "data.max_response_length": RESPONSE_LENGTH, "data.dataloader_num_workers": 0,
-        "data.sampler.class_path": str(sampler_path), "data.sampler.class_name": "BackwardsCurriculum",
+        "data.sampler.class_path": str(sampler_path), "data.sampler.class_name": "ReversedCurriculum",
         "actor_rollout_ref.model.path": tiny_model_dir, "actor_rollout_ref.rollout.n": 2,
         "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "trainer.total_training_steps": 2,
         "trainer.device": "cpu", "trainer.test_freq": -1, "trainer.save_freq": -1, "trainer.logger": "[console]",
@@ -54,7 +31,7 @@ def test_curriculum_sampler_orders_the_prompts_and_sees_every_trained_batch(
     }  # fmt: skip
     trainer = make_trainer(RayPPOTrainer, compose_config("ppo_trainer", [f"{k}={v}" for k, v in overrides.items()]))
     sampler = trainer.train_dataloader.sampler
-    assert isinstance(sampler, AbstractCurriculumSampler) and type(sampler).__name__ == "BackwardsCurriculum"
+    assert isinstance(sampler, AbstractCurriculumSampler) and type(sampler).__name__ == "ReversedCurriculum"
 
     trainer.fit()
 

@@ -48,6 +48,8 @@ class ActorRolloutRefWorker(Worker):
             group's size, as verl's worker normalises its section.
     """
 
+    actor_class: type[DataParallelPPOActor] = DataParallelPPOActor  # a recipe worker may train another actor
+
     def __init__(self, config: Any, role: str, plan: PolicyWorkerPlan | None = None) -> None:
         super().__init__()
         if role not in ROLES:
@@ -143,7 +145,7 @@ class ActorRolloutRefWorker(Worker):
             self.actor_lr_scheduler = engine.build_lr_scheduler(
                 self.actor_optimizer, actor_config.optim, self.plan.total_training_steps
             )
-        self.actor = DataParallelPPOActor(
+        self.actor = self.actor_class(
             actor_config,
             self.actor_module,
             self.actor_optimizer,

@@ -31,19 +31,8 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 class DPOActorRolloutRefWorker(ActorRolloutRefWorker):
     """Policy worker for online DPO and SPIN (verl's SPIN recipe worker, on the PPO worker's RPC surface)."""
 
-    def _build_actor(self, use_remove_padding: bool) -> None:
-        super()._build_actor(use_remove_padding)
-        # same module and optimizer, a DPO update on top of the PPO actor's forward and micro-batching
-        self.actor = DataParallelDPOActor(
-            self.config.actor,
-            self.actor_module,
-            self.actor_optimizer,
-            use_remove_padding=use_remove_padding,
-            enable_activation_offload=bool(self.config.model.enable_activation_offload),
-            update=self.plan.actor,
-            log_prob=self.plan.old_log_prob,
-            temperature=float(self.config.rollout.temperature),
-        )
+    # same module and optimizer, a DPO update on top of the PPO actor's forward and micro-batching
+    actor_class = DataParallelDPOActor
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor_dpo(self, data: DataProto) -> DataProto:

@@ -104,7 +104,7 @@ class ToolAgentLoop(AgentLoopBase):
         )
         metrics.generate_sequences += time.perf_counter() - start
         trajectory.add_model_tokens(output.token_ids, output.log_probs)
-        text = self.tokenizer.decode(_without_eos(output.token_ids, output.stop_reason), skip_special_tokens=False)
+        text = chat.assistant_content(output.token_ids)  # the generated text without the end-of-turn marker
         messages.append({"role": "assistant", "content": text})
         if output.stop_reason != "stop" or not output.token_ids or trajectory.remaining <= 0:
             return []
@@ -164,11 +164,6 @@ class ToolAgentLoop(AgentLoopBase):
             ToolAgentLoop._warned = True
             logger.warning("multi-turn tokenization differs from a full chat-template re-render (the trained ids "
                            "are the generated ones; this is a report, not a fix): %s", mismatch)
-
-
-def _without_eos(token_ids: list[int], stop_reason: str) -> list[int]:
-    """The turn's text without its final stop token (the chat template adds the end-of-turn marker itself)."""
-    return list(token_ids[:-1]) if stop_reason == "stop" and token_ids else list(token_ids)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

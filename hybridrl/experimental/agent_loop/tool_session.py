@@ -12,9 +12,13 @@ each become the tool message's text (``"Error ..."``) and count in ``tool_errors
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopMetrics
+from hybridrl.tools.executor import ToolError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ToolSession", "truncate_tool_response"]
 
@@ -77,7 +81,12 @@ class ToolSession:
             self.metrics.count("tool_errors")
             return f"Error: the arguments of {name} must be a JSON object, got {arguments!r}"
         if name not in self.instances:
-            self.instances[name] = await self.executor.create(tool, **self._kwargs(name, "create_kwargs"))
+            try:
+                self.instances[name] = await self.executor.create(tool, create_kwargs=self._kwargs(name, "create_kwargs"))
+            except ToolError as err:
+                self.metrics.record_tool(name, 0.0, error=True)
+                self.metrics.count("tool_errors")
+                return str(err)
         result = await self.executor.call(tool, self.instances[name], parameters, **self._kwargs(name, "execute_kwargs"))
         self.metrics.record_tool(name, result.seconds, result.error is not None, result.metrics)
         if result.error is not None:
@@ -91,7 +100,13 @@ class ToolSession:
         rewards = {}
         for name, instance_id in self.instances.items():
             tool = self.tools[name]
-            rewards[name] = await self.executor.calc_reward(tool, instance_id, **self._kwargs(name, "calc_reward_kwargs"))
+            try:
+                rewards[name] = await self.executor.calc_reward(tool, instance_id,
+                                                                **self._kwargs(name, "calc_reward_kwargs"))
+            except ToolError as err:  # the conversation is over: a failing reward must not lose the rollout
+                self.metrics.count("tool_errors")
+                rewards[name] = float("nan")
+                logger.warning("%s", err)
             await self.executor.release(tool, instance_id, **self._kwargs(name, "release_kwargs"))
         self.instances.clear()
         return rewards

@@ -37,19 +37,11 @@ def load_tools_and_interactions(multi_turn: Any) -> tuple[dict[str, Any], dict[s
     """Tools (``tool_config_path`` YAML + ``function_tool_path`` functions) and interactions of the run, by name."""
     if not bool(multi_turn.enable):
         return {}, {}
-    from hybridrl.tools.utils.tool_registry import initialize_tools_from_config, load_function_tools
+    from hybridrl.tools.utils.tool_registry import load_all_tools
 
-    tools: list[Any] = []
-    if multi_turn.tool_config_path:
-        tools += initialize_tools_from_config(str(multi_turn.tool_config_path))
-    if multi_turn.function_tool_path:
-        tools += load_function_tools(str(multi_turn.function_tool_path))
-    by_name: dict[str, Any] = {}
-    for tool in tools:
-        name = tool.name
-        if name in by_name:
-            raise ValueError(f"two tools are named {name!r} (multi_turn.tool_config_path / function_tool_path)")
-        by_name[name] = tool
+    tool_path, function_path = multi_turn.tool_config_path, multi_turn.function_tool_path
+    tools = load_all_tools(str(tool_path) if tool_path else None, str(function_path) if function_path else None)
+    by_name = {tool.name: tool for tool in tools}  # load_all_tools rejects duplicate names
     interactions: dict[str, Any] = {}
     if multi_turn.interaction_config_path:
         from hybridrl.interactions.utils.interaction_registry import initialize_interactions_from_config

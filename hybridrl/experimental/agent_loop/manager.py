@@ -97,13 +97,13 @@ class AgentLoopManager:
             outputs = ray.get(self._dispatch(prompts))
         finally:
             self.sleep()
-        output = DataProto.concat(outputs)
         timing = {"generate_sequences": time.perf_counter() - start}
         if sync_metrics:
             timing["weight_sync"] = sync_metrics.get("rollout/weight_sync_s", 0.0)
-        metrics = _concat_lists(part.meta_info.get("metrics", {}) for part in outputs)
-        for key, values in _concat_lists(part.meta_info.get("agent_timing", {}) for part in outputs).items():
+        metrics = _concat_lists(part.meta_info.pop("metrics", {}) for part in outputs)
+        for key, values in _concat_lists(part.meta_info.pop("agent_timing", {}) for part in outputs).items():
             timing.update(_stats(f"agent_loop/{key}", values))
+        output = DataProto.concat(outputs)
         output.meta_info = {"timing": timing, "metrics": {**metrics, **sync_metrics}}
         return output
 

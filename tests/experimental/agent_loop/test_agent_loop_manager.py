@@ -15,7 +15,7 @@ from uuid import uuid4
 import numpy as np
 import pytest
 import torch
-from fsdp_workers_testlib import ppo_batch, ppo_config
+from tests.workers.fsdp_workers_testlib import ppo_batch, ppo_config
 
 from hybridrl.experimental.agent_loop import AgentLoopBase, AgentLoopManager, AgentLoopMetrics, AgentLoopWorker, register
 from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens

@@ -67,6 +67,8 @@ class AgentLoopManager:
         worker_group: the actor-rollout worker group (``AsyncActorRolloutRefWorker``: wake_up / sleep / generate).
     """
 
+    reads_row_columns = True  # agent loops get every non-tensor column of their row (stages.with_row_columns)
+
     def __init__(self, config: Any, worker_group: Any) -> None:
         check_async_rollout(config)
         self.config = config

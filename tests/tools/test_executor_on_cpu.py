@@ -105,17 +105,31 @@ def test_slow_blocking_tool_does_not_delay_a_fast_one():
             return result
 
         results = await asyncio.gather(
-            timed("slow", executor.call(slow, "a", {"seconds": 1.0})),
+            timed("slow", executor.call(slow, "a", {"seconds": 1.5})),
             timed("fast", executor.call(fast, "b", {"seconds": 0.0})),
         )
         return results, finished
 
     (slow_result, fast_result), finished = run(both())
-    assert slow_result == ToolCallResult("slept 1.0", 0.5, {"slept": 1.0}, None, slow_result.seconds)
+    assert slow_result == ToolCallResult("slept 1.5", 0.5, {"slept": 1.5}, None, slow_result.seconds)
     assert fast_result.text == "slept 0.0" and fast_result.error is None
-    # The fast call is done long before the slow one: the blocking sleep holds only its own thread.
-    assert finished["fast"] < 0.5 <= 1.0 <= finished["slow"]
+    # The fast call is done long before the slow one: the blocking sleep holds only its own thread
+    # (run on the caller's loop, the 1.5 s sleep would have delayed the fast call by 1.5 s).
+    assert finished["fast"] < 0.75 and finished["slow"] >= 1.5
     executor.shutdown()
+
+
+def test_parallel_blocking_calls_overlap():
+    executor, tool = ToolExecutor(max_workers=8), SleepyTool({}, schema("sleepy"))
+
+    async def eight():
+        start = time.perf_counter()
+        results = await asyncio.gather(*(executor.call(tool, str(i), {"seconds": 0.3}) for i in range(8)))
+        return results, time.perf_counter() - start
+
+    results, elapsed = run(eight())
+    assert [r.text for r in results] == ["slept 0.3"] * 8
+    assert elapsed < 1.2  # one after another: 8 * 0.3 = 2.4 s
 
 
 def test_raising_tool_becomes_an_error_result():

@@ -37,15 +37,25 @@ class Gsm8kInteraction(BaseInteraction):
         self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
     ) -> tuple[bool, str, float, dict[str, Any]]:
         assistant_turns = [message for message in messages if message.get("role") == "assistant"]
-        self._instance_dict[instance_id]["response"] = (assistant_turns[-1].get("content") or "") if assistant_turns else ""
+        self._state(instance_id)["response"] = (
+            (assistant_turns[-1].get("content") or "") if assistant_turns else ""
+        )
         reward = await self.calculate_score(instance_id)
         if reward == 1.0:
             return True, CORRECT_RESPONSE, reward, {}
         return False, RETRY_RESPONSE, reward, {}
 
     async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:
-        state = self._instance_dict[instance_id]
-        return gsm8k.compute_score(state["response"], state["ground_truth"], method="strict", format_score=0.0, score=1.0)
+        state = self._state(instance_id)
+        return gsm8k.compute_score(
+            state["response"], state["ground_truth"], method="strict", format_score=0.0, score=1.0
+        )
 
     async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:
-        del self._instance_dict[instance_id]
+        self._state(instance_id)
+        del self._instance_dict[str(instance_id)]
+
+    def _state(self, instance_id: str | None) -> dict[str, Any]:
+        if instance_id is None or instance_id not in self._instance_dict:
+            raise KeyError(f"gsm8k interaction has no instance {instance_id!r}: call start_interaction first")
+        return self._instance_dict[instance_id]

@@ -27,7 +27,9 @@ def import_class_path(class_name: str, where: str) -> type:
         RuntimeError: importing the module raised.
     """
     if not isinstance(class_name, str) or "." not in class_name:
-        raise ValueError(f"{where}: class_name must be a dotted import path like 'pkg.module.Class', got {class_name!r}")
+        raise ValueError(
+            f"{where}: class_name must be a dotted import path like 'pkg.module.Class', got {class_name!r}"
+        )
     resolved = class_name
     if class_name.startswith(_VERL_PREFIX):
         resolved = _OUR_PREFIX + class_name[len(_VERL_PREFIX) :]
@@ -46,7 +48,9 @@ def import_class_path(class_name: str, where: str) -> type:
     except Exception as exc:  # the user's module itself raised while importing
         raise RuntimeError(f"{where}: importing '{module_name}' for class_name {origin} raised {exc!r}") from exc
     if not hasattr(module, attribute):
-        public = sorted(name for name in vars(module) if not name.startswith("_") and isinstance(vars(module)[name], type))
+        public = sorted(
+            name for name in vars(module) if not name.startswith("_") and isinstance(vars(module)[name], type)
+        )
         raise ValueError(f"{where}: class_name {origin}: '{module_name}' has no '{attribute}' (its classes: {public})")
     found = getattr(module, attribute)
     if not isinstance(found, type):

@@ -75,7 +75,11 @@ class CodeInterpreterTool(BaseTool):
     ) -> tuple[ToolResponse, float, dict]:
         code = parameters.get("code")
         if not isinstance(code, str):
-            return ToolResponse(text="Error: give the program as a string in `code`"), 0.0, {"code_ok": 0, "code_timed_out": 0}
+            return (
+                ToolResponse(text="Error: give the program as a string in `code`"),
+                0.0,
+                {"code_ok": 0, "code_timed_out": 0},
+            )
         # The run blocks (a subprocess); a thread keeps the caller's event loop free.
         result = await asyncio.to_thread(run_python, code, "", self.limits)
         metrics = {"code_ok": int(result.ok), "code_timed_out": int(result.timed_out)}

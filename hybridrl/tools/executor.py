@@ -106,9 +106,12 @@ def _execute_result(returned: Any, tool_name: str) -> tuple[str, float, dict]:
 async def _within(awaitable: Awaitable[Any], timeout_s: float) -> Any:
     """``awaitable``'s result, or :class:`_TimedOut` (after cancelling it) when ``timeout_s`` passes first."""
     task = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:  # timed out, or the caller was cancelled: stop waiting for the call
+        if not task.done():
+            task.cancel()
     if not done:
-        task.cancel()
         raise _TimedOut()
     return task.result()
 

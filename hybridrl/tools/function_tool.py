@@ -102,10 +102,15 @@ def function_tool(name: str | Callable | None = None, *, schema: OpenAIFunctionT
 def register_function(
     fn: Callable, name: str | None = None, schema: OpenAIFunctionToolSchema | dict | None = None
 ) -> FunctionTool:
-    """Build the :class:`FunctionTool` of ``fn`` and put it in :data:`FUNCTION_TOOL_REGISTRY`."""
-    tool_name = name or fn.__name__
+    """Build the :class:`FunctionTool` of ``fn`` and put it in :data:`FUNCTION_TOOL_REGISTRY`.
+
+    The tool's name is ``name``, else the given schema's function name, else ``fn.__name__``.
+    """
     if isinstance(schema, dict):
         schema = OpenAIFunctionToolSchema.model_validate(schema)
+    tool_name = name or (schema.function.name if schema is not None else fn.__name__)
+    if schema is not None and schema.function.name != tool_name:
+        schema = schema.model_copy(update={"function": schema.function.model_copy(update={"name": tool_name})})
     tool = FunctionTool(tool_name, fn, schema or schema_from_function(fn, tool_name))
     existing = FUNCTION_TOOL_REGISTRY.get(tool_name)
     if existing is not None and not _same_definition(existing.fn, fn):
@@ -135,7 +140,9 @@ def schema_from_function(fn: Callable, tool_name: str) -> OpenAIFunctionToolSche
     """
     from transformers.utils import get_json_schema  # heavy import, only when a function tool is built
 
-    variadic = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    variadic = [
+        p.name for p in inspect.signature(fn).parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     if variadic:
         raise ValueError(
             f"function tool '{tool_name}' ({_qualified(fn)}) has variadic parameters {variadic}, which a "
@@ -217,7 +224,9 @@ def _same_definition(a: Callable, b: Callable) -> bool:
     if a is b or code_a is None or code_b is None:
         return a is b
     return (a.__qualname__, code_a.co_filename, code_a.co_firstlineno) == (
-        b.__qualname__, code_b.co_filename, code_b.co_firstlineno
+        b.__qualname__,
+        code_b.co_filename,
+        code_b.co_firstlineno,
     )
 
 

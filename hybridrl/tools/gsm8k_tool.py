@@ -56,7 +56,9 @@ class Gsm8kTool(BaseTool):
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
         state = self._instance_dict[instance_id]
-        return gsm8k.compute_score(state["response"], state["ground_truth"], method="flexible", format_score=0.0, score=1.0)
+        return gsm8k.compute_score(
+            state["response"], state["ground_truth"], method="flexible", format_score=0.0, score=1.0
+        )
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
         del self._instance_dict[instance_id]

@@ -79,7 +79,9 @@ def _read_tool_entries(path: str) -> list[Any]:
         raise ValueError(f"tool config file '{path}' is not valid YAML: {exc}") from exc
     entries = content.get("tools") if isinstance(content, DictConfig) else None
     if entries is None or isinstance(entries, (str, DictConfig)):
-        raise ValueError(f"tool config file '{path}' needs a top-level `tools:` list of {{class_name, config, tool_schema}}")
+        raise ValueError(
+            f"tool config file '{path}' needs a top-level `tools:` list of {{class_name, config, tool_schema}}"
+        )
     return list(entries)
 
 
@@ -91,7 +93,9 @@ def _build_tool(entry: Any, where: str) -> BaseTool:
         raise ValueError(f"{where}: `config` must be a mapping, got {config!r}")
     tool_type = config.get("type") or ToolType.NATIVE.value
     if tool_type != ToolType.NATIVE.value:
-        raise ValueError(f"{where}: config.type '{tool_type}' is not supported (only 'native'; verl's MCP tools are not ported)")
+        raise ValueError(
+            f"{where}: config.type '{tool_type}' is not supported (only 'native'; verl's MCP tools are not ported)"
+        )
     tool_class = import_class_path(entry.class_name, where)
     schema = _parse_schema(entry, where)
     try:

@@ -64,7 +64,9 @@ def _read_entries(path: str) -> list[Any]:
         raise ValueError(f"interaction config file '{path}' is not valid YAML: {exc}") from exc
     entries = content.get("interaction") if isinstance(content, DictConfig) else None
     if entries is None or isinstance(entries, (str, DictConfig)):
-        raise ValueError(f"interaction config file '{path}' needs a top-level `interaction:` list of {{name, class_name, config}}")
+        raise ValueError(
+            f"interaction config file '{path}' needs a top-level `interaction:` list of {{name, class_name, config}}"
+        )
     return list(entries)
 
 

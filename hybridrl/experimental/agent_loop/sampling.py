@@ -21,7 +21,7 @@ def call_sampling_params(rollout_config: Any, meta_info: Mapping[str, Any]) -> d
     """The sampling dict shared by one call's trajectories (without ``max_tokens`` and ``seed``)."""
     source = rollout_config.val_kwargs if meta_info.get("validate", False) else rollout_config
     do_sample = bool(source.do_sample) if meta_info.get("validate", False) else bool(rollout_config.do_sample)
-    if not meta_info.get("do_sample", True):
+    if "do_sample" in meta_info and not meta_info["do_sample"]:  # the caller asks for greedy (ReMax's baseline)
         do_sample = False
     params = {
         "temperature": float(source.temperature),

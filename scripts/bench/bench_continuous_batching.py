@@ -9,7 +9,7 @@ Scenarios (all sampled at temperature 1, rollout log-probs on):
 - ``mixed``: ``ignore_eos``, request ``i`` wants its own budget in ``[max_tokens/4, max_tokens]`` (agent turns);
   one batched call can only give every row the largest budget, the server stops each at its own.
 
-Median over ``--repeats`` timed runs after a warm-up. The JSON goes to stdout (and ``--out``).
+Median over ``--repeats`` timed runs after a warm-up, the two sides alternating. The JSON goes to stdout (and ``--out``).
 
     python scripts/bench/bench_continuous_batching.py --model small --requests 32 --max-tokens 64
 """
@@ -112,16 +112,19 @@ def server_call(server, prompts: list[list[int]], wants: list[int], ignore_eos: 
     return sum(len(f.result().token_ids) for f in futures)
 
 
-def timed(fn, repeats: int) -> tuple[float, int]:
-    """Median seconds of ``repeats`` calls after one warm-up, and the useful tokens of the last call."""
-    fn()
-    seconds, useful = [], 0
+def timed_pair(first, second, repeats: int) -> list[tuple[float, int]]:
+    """``(median seconds, useful tokens of the last call)`` of two calls timed alternately (one warm-up each),
+    so both see the same machine load (this CPU is shared)."""
+    first(), second()
+    seconds: list[list[float]] = [[], []]
+    useful = [0, 0]
     for repeat in range(repeats):
-        torch.manual_seed(repeat)
-        start = time.perf_counter()
-        useful = fn()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), useful
+        for k, fn in enumerate((first, second)):
+            torch.manual_seed(repeat)
+            start = time.perf_counter()
+            useful[k] = fn()
+            seconds[k].append(time.perf_counter() - start)
+    return [(statistics.median(seconds[k]), useful[k]) for k in range(2)]
 
 
 def bench_scenario(scenario: str, model, tokenizer, args, stop_ids: list[int]) -> dict:
@@ -134,11 +137,14 @@ def bench_scenario(scenario: str, model, tokenizer, args, stop_ids: list[int]) -
     prompts = prompt_lists(tokenizer, args.requests)
     wants = budgets(scenario, args.requests, args.max_tokens)
     ignore_eos = scenario != "eos"
-    batch_s, batch_useful = timed(lambda: one_batch_call(engine, prompts, wants, ignore_eos), args.repeats)
     server = build_async_server(engine, cfg)
     server.start()
     try:
-        server_s, server_useful = timed(lambda: server_call(server, prompts, wants, ignore_eos), args.repeats)
+        (batch_s, batch_useful), (server_s, server_useful) = timed_pair(
+            lambda: one_batch_call(engine, prompts, wants, ignore_eos),
+            lambda: server_call(server, prompts, wants, ignore_eos),
+            args.repeats,
+        )
     finally:
         server.stop()
     record = {

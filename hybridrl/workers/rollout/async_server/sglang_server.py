@@ -22,7 +22,6 @@ from hybridrl.workers.rollout.sglang_rollout import to_sglang_sampling_params
 def sglang_request_kwargs(prompt_ids: list[int], params: RequestParams) -> dict[str, Any]:
     """Keyword arguments of ``engine.async_generate`` for one request (``sampling_seed`` when seeded)."""
     sampling = to_sglang_sampling_params(params.sampling)
-    sampling.pop("n", None)
     if params.seed is not None and not params.sampling.greedy:
         sampling["sampling_seed"] = params.seed
     return {

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from uuid import uuid4
 
 import numpy as np
@@ -115,10 +117,29 @@ def test_single_turn_agent_reproduces_sync_greedy(async_group, tiny_model_dir):
     assert "agent_loop/generate_sequences/mean" in async_out.meta_info["timing"]
 
 
-def test_three_turn_token_accounting_and_log_probs(async_group, tiny_model_dir):
+def _chat_template(name: str) -> str | None:
+    """The template the agent loop renders with (the server only sees ids, so any ChatML template fits the tiny
+    model's vocabulary): the tiny model's own, the Qwen2.5-style tools fixture, or SmolLM2-135M-Instruct's."""
+    if name == "tiny":
+        return None
+    if name == "smollm2":
+        folder = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hybridrl" / "smollm2-135m-instruct"
+        if not (folder / "tokenizer_config.json").exists():
+            pytest.skip(f"SmolLM2 not prepared at {folder}: scripts/test.sh runs examples/quickstart/prepare_model.py")
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder)).chat_template
+    return (Path(__file__).parents[2] / "fixtures" / "chat_templates" / name).read_text()
+
+
+@pytest.mark.parametrize("template", ["tiny", "qwen2_5_hermes_tools.jinja", "smollm2"])
+def test_three_turn_token_accounting_and_log_probs(async_group, template):
     config, group = async_group
     ray_handles = group.workers
     worker = AgentLoopWorker(config, ray_handles)  # in this process, so the scripted loop above is registered
+    chat_template = _chat_template(template)
+    if chat_template is not None:
+        worker.tokenizer.chat_template = chat_template
     batch = _chat_batch(worker.tokenizer)
     batch.non_tensor_batch["agent_name"] = np.array(["test_scripted_three_turns"] * len(batch), dtype=object)
     batch.meta_info = {"global_steps": 2}  # sampling at rollout.temperature = 1.0

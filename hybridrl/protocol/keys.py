@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["BATCH_KEYS", "BatchKey", "Part", "Stage", "keys_added_by", "missing_key_hint"]
+__all__ = ["BATCH_KEYS", "ROLLOUT_ROW_KEY", "BatchKey", "Part", "Stage", "keys_added_by", "missing_key_hint"]
+
+ROLLOUT_ROW_KEY = "__rollout_row__"
 
 
 class Stage(str, Enum):
@@ -66,7 +68,10 @@ BATCH_KEYS: tuple[BatchKey, ...] = (
     BatchKey("attention_mask", _BPR, Stage.GENERATE, "rollout"),
     BatchKey("position_ids", _BPR, Stage.GENERATE, "rollout"),
     BatchKey("rollout_log_probs", _BR, Stage.GENERATE, "rollout", optional=True),
-    BatchKey("response_mask", _BR, Stage.GENERATE, "driver"),  # attention_mask[:, -R:]
+    BatchKey("response_mask", _BR, Stage.GENERATE, "driver"),  # attention_mask[:, -R:]; agent loops: model tokens only
+    BatchKey("__num_turns__", "[B] int", Stage.GENERATE, "agent loop", _NT, optional=True),  # rollout.mode=async
+    # the input row of each sample when an agent loop returned several (or no) samples for a row
+    BatchKey(ROLLOUT_ROW_KEY, "[B] int", Stage.GENERATE, "agent loop", _NT, optional=True),
     BatchKey("token_level_scores", _BR, Stage.REWARD, "reward function"),  # score on the last valid token
     BatchKey("rm_scores", _BR, Stage.REWARD, "reward model", optional=True),
     BatchKey("old_log_probs", _BR, Stage.OLD_LOG_PROB, "actor"),

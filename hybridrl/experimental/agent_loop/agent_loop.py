@@ -127,8 +127,9 @@ class AgentLoopBase(ABC):
         self.response_length = int(self.rollout_config.response_length)
 
     @abstractmethod
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        """Play one conversation.
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        """Play one conversation (a loop may return several samples for one row, e.g. one per independent chat,
+        or none: the trainer then trains on those samples, each carrying its row's columns).
 
         Args:
             sampling_params: ``temperature``, ``top_p``, ``top_k``, ``logprobs``, ``seed`` (per trajectory); the

@@ -10,7 +10,9 @@ Shapes (B trajectories, P = ``rollout.prompt_length``, R = ``rollout.response_le
     position_ids       [B, P+R]  cumsum(attention_mask) - 1, clamped at 0
     rollout_log_probs  [B, R]    engine log-probs (0 on tool tokens, -1 on padding), when requested
 
-Non-tensor columns: the input rows' columns, ``__num_turns__`` and every key of the outputs' ``extra_fields``.
+    rm_scores          [B, R]    rewards the loops gave themselves (``extra_fields["reward_scores"]``), if any
+
+Non-tensor columns: the input rows' columns, ``__num_turns__`` and every other key of the outputs' ``extra_fields``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from hybridrl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.output import ROLLOUT_LOG_PROB_PAD
 
-__all__ = ["outputs_to_batch"]
+__all__ = ["REWARD_SCORES_KEY", "agent_metrics", "outputs_to_batch"]
+
+REWARD_SCORES_KEY = "reward_scores"  # extra field of a loop that scores its own trajectory: {response position: reward}
 
 
 def _left_pad(rows: Sequence[Sequence[int]], width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,9 +56,26 @@ def _check_prompt_lengths(outputs: Sequence[AgentLoopOutput], prompt_length: int
     if longest > prompt_length:
         raise ValueError(
             f"an agent loop's prompt has {longest} tokens > actor_rollout_ref.rollout.prompt_length="
-            f"{prompt_length} (data.max_prompt_length); the chat template with the tool schemas is longer than "
-            "the dataset's prompt: raise data.max_prompt_length"
+            f"{prompt_length} (data.max_prompt_length): the agent loop renders the chat template itself (with the "
+            "tool schemas, the template's default system prompt, ...), which can be longer than the dataset's "
+            "prompt; raise data.max_prompt_length"
         )
+
+
+def _reward_scores(outputs: Sequence[AgentLoopOutput], response_length: int) -> torch.Tensor | None:
+    """``rm_scores [B, R]`` from the loops' own rewards (``extra_fields["reward_scores"]``: response position →
+    reward); the reward managers then use them instead of the reward function (verl's ``rm_scores`` short-cut)."""
+    given = [REWARD_SCORES_KEY in o.extra_fields for o in outputs]
+    if not any(given):
+        return None
+    if not all(given):
+        raise ValueError("some agent loops of this batch scored their trajectories (reward_scores) and others did not; "
+                         "one batch must be scored one way: give every row the same kind of agent loop")
+    scores = torch.zeros((len(outputs), response_length), dtype=torch.float32)
+    for i, output in enumerate(outputs):
+        for position, value in output.extra_fields[REWARD_SCORES_KEY].items():
+            scores[i, int(position)] += float(value)
+    return scores
 
 
 def outputs_to_batch(outputs: Sequence[AgentLoopOutput], *, prompt_length: int, response_length: int,
@@ -74,13 +95,16 @@ def outputs_to_batch(outputs: Sequence[AgentLoopOutput], *, prompt_length: int, 
         "attention_mask": attention_mask,
         "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
     }
+    scores = _reward_scores(outputs, response_length)
+    if scores is not None:
+        tensors["rm_scores"] = scores
     if all(o.response_logprobs is not None for o in outputs):
         tensors["rollout_log_probs"] = _right_pad(
             [o.response_logprobs for o in outputs], response_length, ROLLOUT_LOG_PROB_PAD, torch.float32
         )
     non_tensors = {key: np.asarray(value, dtype=object) for key, value in (input_non_tensors or {}).items()}
     non_tensors["__num_turns__"] = np.array([o.num_turns for o in outputs], dtype=np.int32)
-    for key in sorted({k for o in outputs for k in o.extra_fields}):
+    for key in sorted({k for o in outputs for k in o.extra_fields} - {REWARD_SCORES_KEY}):
         column = np.empty(len(outputs), dtype=object)
         column[:] = [o.extra_fields.get(key) for o in outputs]
         non_tensors[key] = column

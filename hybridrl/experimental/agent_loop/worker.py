@@ -18,8 +18,9 @@ from hybridrl.experimental.agent_loop.postprocess import agent_metrics, outputs_
 from hybridrl.experimental.agent_loop.sampling import call_sampling_params, trajectory_seed
 from hybridrl.experimental.agent_loop.server_manager import AsyncLLMServerManager
 from hybridrl.protocol import DataProto
+from hybridrl.protocol.keys import ROLLOUT_ROW_KEY  # the input row of each sample, when rows gave != 1 sample
 
-__all__ = ["AgentLoopWorker", "ROW_OFFSET_KEY", "default_agent_name", "load_tools_and_interactions"]
+__all__ = ["AgentLoopWorker", "ROLLOUT_ROW_KEY", "ROW_OFFSET_KEY", "default_agent_name", "load_tools_and_interactions"]
 
 ROW_OFFSET_KEY = "agent_row_offset"  # meta_info: position of the batch's first row in the step's batch (seeds)
 
@@ -99,20 +100,28 @@ class AgentLoopWorker:
             name = names[i] if names is not None and names[i] else self.default_agent
             seed = trajectory_seed(int(self.rollout_config.seed), meta, offset + i)
             tasks.append(self._run(str(name), {**base, "seed": seed}, row))
-        outputs: list[AgentLoopOutput] = await asyncio.gather(*tasks)
+        per_row = [out if isinstance(out, list) else [out] for out in await asyncio.gather(*tasks)]
+        rows = [i for i, outs in enumerate(per_row) for _ in outs]
+        outputs: list[AgentLoopOutput] = [o for outs in per_row for o in outs]
+        if not outputs:
+            raise RuntimeError(f"no agent loop of these {len(batch)} rows produced a sample")
         result = outputs_to_batch(
             outputs, prompt_length=int(self.rollout_config.prompt_length),
-            response_length=int(self.rollout_config.response_length),
-            pad_token_id=self.tokenizer.pad_token_id, input_non_tensors=batch.non_tensor_batch,
+            response_length=int(self.rollout_config.response_length), pad_token_id=self.tokenizer.pad_token_id,
+            input_non_tensors={key: values[rows] for key, values in batch.non_tensor_batch.items()},
         )
-        result.meta_info["metrics"] = agent_metrics(outputs)
+        if len(rows) != len(batch):  # a loop returned several samples (or none) for a row: say where each came from
+            result.non_tensor_batch[ROLLOUT_ROW_KEY] = np.array([offset + i for i in rows], dtype=np.int64)
+        per_trajectory = [outs[0] for outs in per_row if outs]  # a row's samples share its metrics
+        result.meta_info["metrics"] = agent_metrics(per_trajectory)
         result.meta_info["agent_timing"] = {
-            "generate_sequences": [o.metrics.generate_sequences for o in outputs],
-            "tool_calls": [o.metrics.tool_calls for o in outputs],
+            "generate_sequences": [o.metrics.generate_sequences for o in per_trajectory],
+            "tool_calls": [o.metrics.tool_calls for o in per_trajectory],
         }
         return result
 
-    async def _run(self, agent_name: str, sampling_params: dict[str, Any], row: dict[str, Any]) -> AgentLoopOutput:
+    async def _run(self, agent_name: str, sampling_params: dict[str, Any],
+                   row: dict[str, Any]) -> AgentLoopOutput | list[AgentLoopOutput]:
         loop_cls = resolve_agent_loop(agent_name)
         loop = loop_cls(
             trainer_config=self.config, server_manager=self.server_manager, tokenizer=self.tokenizer,

@@ -33,6 +33,7 @@ import torch
 
 from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
+from hybridrl.protocol.keys import ROLLOUT_ROW_KEY
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from hybridrl.trainer.ppo.driver_helpers import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.reward import compute_reward
@@ -42,7 +43,7 @@ from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_
 __all__ = [
     "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "generate",
     "old_log_prob", "ref_log_prob", "remax_baseline", "reward", "timed", "update_actor", "update_critic", "values",
-    "with_row_columns",
+    "align_rows", "with_row_columns",
 ]
 
 Metrics = dict[str, Any]
@@ -148,11 +149,18 @@ def generate(
     if settings.remax_baseline:
         with timed("gen_max", metrics):
             batch.batch["reward_baselines"] = remax_baseline(batch, gen_batch, actor_rollout, reward_fn)
-    batch = batch.repeat(settings.rollout_n, interleave=True).union(output)
+    batch = align_rows(batch.repeat(settings.rollout_n, interleave=True), output).union(output)
     if "response_mask" not in batch.batch.keys():
         batch.batch["response_mask"] = compute_response_mask(batch)
     batch, balance_metrics = finalize_rollout_batch(batch, actor_rollout.world_size, settings.balance_batch)
     return batch, {**metrics, **balance_metrics}
+
+
+def align_rows(batch: DataProto, output: DataProto) -> DataProto:
+    """``batch``'s rows for ``output``'s samples: the same rows, unless an agent loop gave a row several samples
+    (or none), in which case ``output`` says each sample's row (``__rollout_row__``, removed here)."""
+    rows = output.non_tensor_batch.pop(ROLLOUT_ROW_KEY, None)
+    return batch if rows is None else batch.select_idxs(np.asarray(rows, dtype=np.int64))
 
 
 def with_row_columns(gen_batch: DataProto, batch: DataProto, rollout: Any) -> DataProto:

@@ -21,7 +21,7 @@ import numpy as np
 
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.trainer.ppo.metric_utils import process_validation_metrics
-from hybridrl.trainer.ppo.stages import with_row_columns
+from hybridrl.trainer.ppo.stages import align_rows, with_row_columns
 from hybridrl.utils.tracking import ValidationGenerationsLogger
 
 __all__ = ["Validator", "decode_responses", "dump_generations", "reduce_validation_metrics"]
@@ -65,7 +65,8 @@ class Validator:
             if "uid" not in batch.non_tensor_batch:
                 batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             batch = batch.repeat(self.val_kwargs.n, interleave=True)
-            batch = batch.union(self._generate(batch, actor_rollout, global_steps))
+            output = self._generate(batch, actor_rollout, global_steps)
+            batch = align_rows(batch, output).union(output)
             reward = self.reward_fn(batch, return_dict=True)
             seq_scores = reward["reward_tensor"].sum(-1).tolist()
             scores.extend(seq_scores)
@@ -92,9 +93,11 @@ class Validator:
             "validate": True,
             "global_steps": global_steps,
         }
-        padded, pad_size = pad_dataproto_to_divisor(gen_batch, actor_rollout.world_size)
-        output = actor_rollout.generate_sequences(padded)
-        output = unpad_dataproto(output, pad_size=pad_size)
+        if getattr(actor_rollout, "reads_row_columns", False):  # the agent-loop manager takes any number of rows
+            output = actor_rollout.generate_sequences(gen_batch)
+        else:
+            padded, pad_size = pad_dataproto_to_divisor(gen_batch, actor_rollout.world_size)
+            output = unpad_dataproto(actor_rollout.generate_sequences(padded), pad_size=pad_size)
         output.meta_info = {}
         return output
 

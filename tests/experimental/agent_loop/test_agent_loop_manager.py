@@ -33,7 +33,7 @@ PROMPTS = [
     [{"role": "user", "content": "hello world"}],
     [{"role": "user", "content": "give the sum of 100 and 23 please"}],
 ]
-RESPONSE_LEN = 24
+RESPONSE_LEN = 128  # room for 3 short model turns and two tool turns of the longest template
 
 
 @register("test_scripted_three_turns")
@@ -59,7 +59,7 @@ def _config(model_dir: str, *extra: str):
     return ppo_config(
         model_dir, "actor_rollout_ref.rollout.mode=async", "data.return_raw_chat=True",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.prompt_length=64", f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
+        "actor_rollout_ref.rollout.prompt_length=128", f"actor_rollout_ref.rollout.response_length={RESPONSE_LEN}",
         "actor_rollout_ref.rollout.agent.num_workers=2", "actor_rollout_ref.rollout.calculate_log_probs=True",
         *extra,
     )

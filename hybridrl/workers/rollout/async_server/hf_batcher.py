@@ -109,6 +109,14 @@ class HFBatcher(StepEngine):
     # ---- StepEngine ------------------------------------------------------------------------------
 
     def add(self, request: ServerRequest) -> None:
+        """Queue ``request``; a prompt + ``max_tokens`` beyond the model's positions is refused."""
+        limit = getattr(self.rollout.model.config, "max_position_embeddings", None)
+        needed = len(request.prompt_ids) + request.params.sampling.max_new_tokens
+        if limit is not None and needed > limit:
+            raise ValueError(
+                f"request {request.request_id!r}: {len(request.prompt_ids)} prompt tokens + max_tokens "
+                f"{request.params.sampling.max_new_tokens} exceed the model's max_position_embeddings {limit}"
+            )
         self.waiting.append(request)
 
     def has_work(self) -> bool:
@@ -122,6 +130,7 @@ class HFBatcher(StepEngine):
 
     @torch.no_grad()
     def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
+        self._drop_cancelled()
         self._admit()
         if not self.rows:
             return []
@@ -146,6 +155,16 @@ class HFBatcher(StepEngine):
 
     # ---- batch surgery -----------------------------------------------------------------------------
 
+    def _drop_cancelled(self) -> None:
+        """Forget requests whose caller cancelled them (their rows leave the batch, freeing slots)."""
+        if any(r.future.cancelled() for r in self.waiting):
+            self.waiting = deque(r for r in self.waiting if not r.future.cancelled())
+        keep = [i for i, row in enumerate(self.rows) if not row.request.future.cancelled()]
+        if len(keep) < len(self.rows):
+            self._select(keep)
+            if self.rows:
+                self.logits = self.logits[torch.tensor(keep, device=self.logits.device)]
+
     def _take_admissions(self) -> list[ServerRequest]:
         """Waiting requests that fit the free slots and the prefill token budget (FIFO; at least one)."""
         taken: list[ServerRequest] = []
@@ -169,7 +188,11 @@ class HFBatcher(StepEngine):
         input_ids, mask = left_pad([r.prompt_ids for r in taken], self.rollout.pad_token_id, device)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = _prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+        try:
+            logits = _prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+        except BaseException:
+            self.waiting.extendleft(reversed(taken))  # still ours: reset() returns them
+            raise
         rows = [_Row(request, self._generator(request)) for request in taken]
         if not self.rows:
             self.cache, self.attention_mask, self.next_pos, self.logits = cache, mask, position_ids[:, -1:] + 1, logits

@@ -64,6 +64,11 @@ class VLLMStepEngine(StepEngine):
         self._running[request.key] = request
 
     def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
+        cancelled = [key for key, request in self._running.items() if request.future.cancelled()]
+        if cancelled:
+            self.engine.abort_request(cancelled)
+            for key in cancelled:
+                self._running.pop(key)
         finished = []
         for output in self.engine.step():
             if not output.finished:

@@ -64,10 +64,9 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
             drawn = torch.multinomial(probs[unseeded], num_samples=1, generator=shared).squeeze(-1)
             tokens[[indices[j] for j in unseeded]] = drawn
         for j, index in enumerate(indices):
-            if rows[index].generator is not None:  # a seeded request draws from its own RNG, alone
-                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=rows[index].generator)[
-                    0, 0
-                ]
+            own = rows[index].generator
+            if own is not None:  # a seeded request draws from its own RNG, alone
+                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=own)[0, 0]
     return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
@@ -79,6 +78,11 @@ def _finish_reason(row: _Row) -> str | None:
     if len(row.token_ids) >= params.max_new_tokens:
         return "length"
     return None
+
+
+def _output(row: _Row, reason: str) -> TokenOutput:
+    wants_log_probs = row.request.params.sampling.calculate_log_probs
+    return TokenOutput(row.token_ids, row.log_probs if wants_log_probs else None, reason)
 
 
 class HFBatcher(StepEngine):
@@ -143,10 +147,7 @@ class HFBatcher(StepEngine):
             if reason is None:
                 keep.append(index)
             else:
-                wants_log_probs = row.request.params.sampling.calculate_log_probs
-                finished.append(
-                    (row.request, TokenOutput(row.token_ids, row.log_probs if wants_log_probs else None, reason))
-                )
+                finished.append((row.request, _output(row, reason)))
         if len(keep) < len(self.rows):
             self._select(keep)
         if self.rows:

@@ -4,8 +4,10 @@ Callers (any thread, or an asyncio loop through ``generate``) ``submit`` request
 The engine thread hands queued requests to a ``StepEngine`` and calls its ``step()`` while work exists,
 sleeping on a condition variable when idle. Each step returns the requests that finished; their futures are
 resolved from the engine thread. ``stop()`` lets in-flight and queued requests finish, then joins the thread.
-An exception raised by the engine fails every pending future with that exception (nothing hangs); the
-engine is then reset and the loop keeps serving later requests.
+An exception raised by an engine step fails every pending future with that exception (nothing hangs); the
+engine is then reset and the loop keeps serving later requests. A request the engine refuses (``add`` raises,
+e.g. a prompt longer than the model allows) fails alone. A cancelled future (``generate``'s task cancelled)
+drops its request at the next step.
 """
 
 from __future__ import annotations
@@ -47,11 +49,12 @@ class StepEngine(ABC):
 
     @abstractmethod
     def add(self, request: ServerRequest) -> None:
-        """Accept a request (it may wait inside the engine until a slot frees)."""
+        """Accept a request (it may wait inside the engine until a slot frees); raise to refuse it alone."""
 
     @abstractmethod
     def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
-        """Run one step; return the requests that finished in it with their outputs."""
+        """Run one step; return the requests that finished in it with their outputs. Requests whose future
+        was cancelled (an asyncio caller gave up) are dropped and free their slot."""
 
     @abstractmethod
     def has_work(self) -> bool:
@@ -106,7 +109,7 @@ class ThreadedStepServer(AsyncRolloutServer):
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._counter = itertools.count()
-        self._in_flight: dict[str, ServerRequest] = {}
+        self._in_engine: dict[str, ServerRequest] = {}  # handed to the engine, not resolved (guarded by _wake)
 
     def start(self) -> None:
         with self._wake:
@@ -136,15 +139,8 @@ class ThreadedStepServer(AsyncRolloutServer):
             if self._thread is None or self._stopping:
                 raise RuntimeError("the async rollout server is not running: call start() before submit()")
             self._queue.append(request)
-            self._in_flight[request.key] = request
             self._wake.notify_all()
         return request.future
-
-    @property
-    def num_in_flight(self) -> int:
-        """Requests submitted and not yet resolved."""
-        with self._wake:
-            return len(self._in_flight)
 
     # ---- the engine thread ---------------------------------------------------------------------
 
@@ -163,24 +159,39 @@ class ThreadedStepServer(AsyncRolloutServer):
             taken = self._take_queue()
             if taken is None:
                 return
+            for request in taken:
+                self._hand_over(request)
             try:
-                for request in taken:
-                    self.step_engine.add(request)
                 finished = self.step_engine.step()
             except BaseException as error:  # noqa: BLE001 - every waiting caller gets the error
                 logger.exception("async rollout server: the engine step failed; failing its requests")
-                self._fail(self.step_engine.reset() + taken, error)
+                dropped = self.step_engine.reset()
+                with self._wake:  # also what the engine lost track of: no caller waits forever
+                    dropped += list(self._in_engine.values())
+                self._fail(dropped, error)
                 continue
             for request, output in finished:
-                self._finish(request)
-                request.future.set_result(output)
+                self._forget(request)
+                if not request.future.done():  # a caller may have cancelled it meanwhile
+                    request.future.set_result(output)
 
-    def _finish(self, request: ServerRequest) -> None:
+    def _hand_over(self, request: ServerRequest) -> None:
+        """``step_engine.add(request)``; a request the engine refuses fails alone."""
+        try:
+            self.step_engine.add(request)
+        except Exception as error:  # noqa: BLE001
+            self._fail([request], error)
+            return
         with self._wake:
-            self._in_flight.pop(request.key, None)
+            self._in_engine[request.key] = request
+        request.future.add_done_callback(lambda _: self._forget(request))  # cancelled ones too
+
+    def _forget(self, request: ServerRequest) -> None:
+        with self._wake:
+            self._in_engine.pop(request.key, None)
 
     def _fail(self, requests: list[ServerRequest], error: BaseException) -> None:
         for request in requests:
-            self._finish(request)
+            self._forget(request)
             if not request.future.done():
                 request.future.set_exception(error)

@@ -64,10 +64,9 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
             drawn = torch.multinomial(probs[unseeded], num_samples=1, generator=shared).squeeze(-1)
             tokens[[indices[j] for j in unseeded]] = drawn
         for j, index in enumerate(indices):
-            if rows[index].generator is not None:  # a seeded request draws from its own RNG, alone
-                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=rows[index].generator)[
-                    0, 0
-                ]
+            own = rows[index].generator
+            if own is not None:  # a seeded request draws from its own RNG, alone
+                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=own)[0, 0]
     return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
@@ -79,6 +78,11 @@ def _finish_reason(row: _Row) -> str | None:
     if len(row.token_ids) >= params.max_new_tokens:
         return "length"
     return None
+
+
+def _output(row: _Row, reason: str) -> TokenOutput:
+    wants_log_probs = row.request.params.sampling.calculate_log_probs
+    return TokenOutput(row.token_ids, row.log_probs if wants_log_probs else None, reason)
 
 
 class HFBatcher(StepEngine):
@@ -109,6 +113,14 @@ class HFBatcher(StepEngine):
     # ---- StepEngine ------------------------------------------------------------------------------
 
     def add(self, request: ServerRequest) -> None:
+        """Queue ``request``; a prompt + ``max_tokens`` beyond the model's positions is refused."""
+        limit = getattr(self.rollout.model.config, "max_position_embeddings", None)
+        needed = len(request.prompt_ids) + request.params.sampling.max_new_tokens
+        if limit is not None and needed > limit:
+            raise ValueError(
+                f"request {request.request_id!r}: {len(request.prompt_ids)} prompt tokens + max_tokens "
+                f"{request.params.sampling.max_new_tokens} exceed the model's max_position_embeddings {limit}"
+            )
         self.waiting.append(request)
 
     def has_work(self) -> bool:
@@ -122,6 +134,7 @@ class HFBatcher(StepEngine):
 
     @torch.no_grad()
     def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
+        self._drop_cancelled()
         self._admit()
         if not self.rows:
             return []
@@ -134,10 +147,7 @@ class HFBatcher(StepEngine):
             if reason is None:
                 keep.append(index)
             else:
-                wants_log_probs = row.request.params.sampling.calculate_log_probs
-                finished.append(
-                    (row.request, TokenOutput(row.token_ids, row.log_probs if wants_log_probs else None, reason))
-                )
+                finished.append((row.request, _output(row, reason)))
         if len(keep) < len(self.rows):
             self._select(keep)
         if self.rows:
@@ -145,6 +155,16 @@ class HFBatcher(StepEngine):
         return finished
 
     # ---- batch surgery -----------------------------------------------------------------------------
+
+    def _drop_cancelled(self) -> None:
+        """Forget requests whose caller cancelled them (their rows leave the batch, freeing slots)."""
+        if any(r.future.cancelled() for r in self.waiting):
+            self.waiting = deque(r for r in self.waiting if not r.future.cancelled())
+        keep = [i for i, row in enumerate(self.rows) if not row.request.future.cancelled()]
+        if len(keep) < len(self.rows):
+            self._select(keep)
+            if self.rows:
+                self.logits = self.logits[torch.tensor(keep, device=self.logits.device)]
 
     def _take_admissions(self) -> list[ServerRequest]:
         """Waiting requests that fit the free slots and the prefill token budget (FIFO; at least one)."""
@@ -169,7 +189,11 @@ class HFBatcher(StepEngine):
         input_ids, mask = left_pad([r.prompt_ids for r in taken], self.rollout.pad_token_id, device)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = _prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+        try:
+            logits = _prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+        except BaseException:
+            self.waiting.extendleft(reversed(taken))  # still ours: reset() returns them
+            raise
         rows = [_Row(request, self._generator(request)) for request in taken]
         if not self.rows:
             self.cache, self.attention_mask, self.next_pos, self.logits = cache, mask, position_ids[:, -1:] + 1, logits

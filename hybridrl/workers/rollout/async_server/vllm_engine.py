@@ -46,16 +46,17 @@ class VLLMStepEngine(StepEngine):
     """``StepEngine`` over a ``VLLMRollout`` (its ``llm.llm_engine`` and optional ``adapter.request``)."""
 
     def __init__(self, rollout: Any) -> None:
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         self.rollout = rollout
         self.engine = rollout.llm.llm_engine
         self._final_only = RequestOutputKind.FINAL_ONLY
+        self._sampling_params_cls = SamplingParams
         self._running: dict[str, ServerRequest] = {}
 
     def add(self, request: ServerRequest) -> None:
-        vllm = self.rollout._vllm
-        sampling = vllm.SamplingParams(**vllm_sampling_kwargs(request.params), output_kind=self._final_only)
+        kwargs = vllm_sampling_kwargs(request.params)
+        sampling = self._sampling_params_cls(**kwargs, output_kind=self._final_only)
         adapter = getattr(self.rollout, "adapter", None)
         lora_request = adapter.request if adapter is not None else None
         self.engine.add_request(
@@ -64,6 +65,11 @@ class VLLMStepEngine(StepEngine):
         self._running[request.key] = request
 
     def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
+        cancelled = [key for key, request in self._running.items() if request.future.cancelled()]
+        if cancelled:
+            self.engine.abort_request(cancelled)
+            for key in cancelled:
+                self._running.pop(key)
         finished = []
         for output in self.engine.step():
             if not output.finished:

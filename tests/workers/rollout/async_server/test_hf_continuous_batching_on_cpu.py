@@ -138,22 +138,25 @@ def test_stop_finishes_every_submitted_request_then_refuses_new_ones(model, toke
 
 
 class _FailingModel(torch.nn.Module):
-    """Forwards to the real model; raises on the ``fail_on``-th call (a fake standing in for a broken engine)."""
+    """Forwards to the real model, but raises from its ``fail_from``-th call until healed (a fake standing in for
+    a broken engine)."""
 
-    def __init__(self, inner: torch.nn.Module, fail_on: int) -> None:
+    def __init__(self, inner: torch.nn.Module, fail_from: int) -> None:
         super().__init__()
-        self.inner, self.fail_on, self.calls = inner, fail_on, 0
+        self.inner, self.fail_from, self.calls, self.config = inner, fail_from, 0, inner.config
+        self.healed = False
 
     def forward(self, **kwargs):
         self.calls += 1
-        if self.calls == self.fail_on:
+        if self.calls >= self.fail_from and not self.healed:
             raise RuntimeError("boom: the model failed")
         return self.inner(**kwargs)
 
 
-def test_a_model_error_fails_the_pending_futures_and_the_server_keeps_serving(model, tokenizer):
+@pytest.mark.parametrize("fail_from", [1, 3], ids=["first_prefill", "later_forward"])
+def test_a_model_error_fails_the_pending_futures_and_the_server_keeps_serving(model, tokenizer, fail_from):
     engine = hf_engine(model, tokenizer, response_length=8, max_num_seqs=2)
-    engine.model = _FailingModel(model, fail_on=3)  # prefill, decode, then the 3rd forward fails
+    engine.model = failing = _FailingModel(model, fail_from)
     with serving(engine) as server:
         futures = [
             server.submit(f"r{i}", prompt_ids(tokenizer, QUESTIONS[i]), {"max_tokens": 8, "ignore_eos": True})
@@ -162,8 +165,10 @@ def test_a_model_error_fails_the_pending_futures_and_the_server_keeps_serving(mo
         for future in futures:
             with pytest.raises(RuntimeError, match="boom"):
                 future.result(timeout=RESULT_TIMEOUT_S)
+        failing.healed = True
         later = server.submit("later", prompt_ids(tokenizer, QUESTIONS[0]), {"max_tokens": 4, "temperature": 0})
         assert len(later.result(timeout=RESULT_TIMEOUT_S).token_ids) == 4
+        assert not server.step_engine.has_work() and not server._in_engine
 
 
 def test_generate_from_an_event_loop_and_request_options(model, tokenizer):
@@ -186,3 +191,41 @@ def test_generate_from_an_event_loop_and_request_options(model, tokenizer):
         assert output.log_probs is None
         reference, _ = one_at_a_time_greedy(engine, tokenizer, question, 6)  # max_tokens 50 → response_length 6
         assert output.token_ids == reference
+
+
+def test_a_cancelled_request_frees_its_slot(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=16, max_num_seqs=1)
+    with serving(engine) as server:
+        first = server.submit("first", prompt_ids(tokenizer, QUESTIONS[0]), {"max_tokens": 16, "ignore_eos": True})
+        second = server.submit("second", prompt_ids(tokenizer, QUESTIONS[1]), {"max_tokens": 4, "ignore_eos": True})
+        assert first.cancel()  # the caller gave up (asyncio task cancelled): its row leaves the batch
+        assert len(second.result(timeout=RESULT_TIMEOUT_S).token_ids) == 4
+    assert first.cancelled() and not server.step_engine.has_work()
+
+
+def test_a_request_the_model_cannot_hold_fails_alone(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=8)
+    limit = model.config.max_position_embeddings
+    with serving(engine) as server:
+        too_long = server.submit("long", [5] * limit, {"max_tokens": 2})
+        fine = server.submit("fine", prompt_ids(tokenizer, QUESTIONS[0]), {"max_tokens": 2, "ignore_eos": True})
+        with pytest.raises(ValueError, match=f"exceed the model's max_position_embeddings {limit}"):
+            too_long.result(timeout=RESULT_TIMEOUT_S)
+        assert len(fine.result(timeout=RESULT_TIMEOUT_S).token_ids) == 2
+
+
+def test_cancelling_a_generate_task_cancels_its_request(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=16, max_num_seqs=1)
+
+    async def cancel_one_then_generate(server):
+        long_task = asyncio.ensure_future(
+            server.generate("long", prompt_ids(tokenizer, QUESTIONS[0]), {"max_tokens": 16, "ignore_eos": True})
+        )
+        await asyncio.sleep(0)  # submitted
+        long_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long_task
+        return await server.generate("next", prompt_ids(tokenizer, QUESTIONS[1]), {"max_tokens": 3, "ignore_eos": True})
+
+    with serving(engine) as server:
+        assert len(asyncio.run(cancel_one_then_generate(server)).token_ids) == 3

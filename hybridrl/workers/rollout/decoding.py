@@ -74,7 +74,7 @@ def sample_next_tokens(
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def _prefill_distinct_rows(
+def prefill_distinct_rows(
     model: nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -136,7 +136,7 @@ def decode_batch(
     out_logps: list[list[float]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
     cache = DynamicCache()
-    logits = _prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
+    logits = prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
     next_pos = position_ids[:, -1:] + 1
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     for step in range(params.max_new_tokens):

@@ -29,7 +29,7 @@ from hybridrl.utils.padding import all_padding_columns
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, StepEngine
 from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, trim_leading
 from hybridrl.workers.rollout.async_server.request import TokenOutput
-from hybridrl.workers.rollout.decoding import _prefill_distinct_rows, filter_logits
+from hybridrl.workers.rollout.decoding import prefill_distinct_rows, filter_logits
 from hybridrl.workers.rollout.hf_rollout import HFRollout, left_pad
 
 
@@ -190,7 +190,7 @@ class HFBatcher(StepEngine):
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         try:
-            logits = _prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+            logits = prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
         except BaseException:
             self.waiting.extendleft(reversed(taken))  # still ours: reset() returns them
             raise

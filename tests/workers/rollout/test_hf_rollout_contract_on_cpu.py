@@ -103,7 +103,7 @@ def test_rollout_log_probs_match_a_full_forward(tiny_model_dir, tokenizer, actor
 
 
 def test_shared_prefill_of_repeated_prompts_is_exact(tiny_model_dir, tokenizer, actor):
-    """``n`` copies of a prompt are prefilled once (decoding._prefill_distinct_rows): greedy copies equal the
+    """``n`` copies of a prompt are prefilled once (decoding.prefill_distinct_rows): greedy copies equal the
     single-copy answer, and sampled tokens' log-probs equal a full forward of each row."""
     greedy = build_handle(tiny_model_dir, tokenizer, actor, response_length=6, top_k=1)  # do_sample=False forces n=1
     once = greedy.generate_sequences(make_prompts(tokenizer))

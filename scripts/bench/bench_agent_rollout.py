@@ -5,7 +5,7 @@ Agent side: N concurrent conversations through the hf async server, each ``--tur
 as ``tool_agent`` does), i.e. ``tool_agent``'s serving pattern without a model that happens to call tools.
 Peer, same run: one single-turn ``HFRollout.generate_sequences`` call on the same N prompts generating the same
 total length (``turns × tokens_per_turn``) per row. Both ``ignore_eos`` (exact lengths), temperature 1,
-log-probs on. Target of issue 17: ratio >= 0.7. Median of ``--repeats`` runs after a warm-up; JSON to stdout.
+log-probs on. Target of issue 17: ratio >= 0.7. Median of ``--repeats`` runs (the two sides alternate) after a warm-up; JSON to stdout.
 
     python scripts/bench/bench_agent_rollout.py --model small --conversations 16 --turns 3 --tokens-per-turn 32
 """
@@ -22,7 +22,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import emit_json, log  # noqa: E402
-from bench_continuous_batching import MODELS, build_model_dir, one_batch_call, prompt_lists, rollout_section, timed  # noqa: E402
+from bench_continuous_batching import (  # noqa: E402
+    MODELS,
+    build_model_dir,
+    one_batch_call,
+    prompt_lists,
+    rollout_section,
+    timed_pair,
+)
 
 TOOL_TEXT = "result: 1234"
 TARGET_RATIO = 0.7
@@ -72,14 +79,15 @@ def main(argv: list[str] | None = None) -> None:
         cfg = rollout_section(section_args)
         engine = HFRollout(model, cfg, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id)
         prompts = prompt_lists(tokenizer, args.conversations)
-        single_s, single_tokens = timed(
-            lambda: one_batch_call(engine, prompts, [total] * len(prompts), True), args.repeats)
         server = build_async_server(engine, cfg)
         server.start()
-        try:
+        try:  # timed alternately so both sides see the same load (this CPU is shared)
             chat = ChatTokens(tokenizer)
-            agent_s, agent_tokens = timed(
-                lambda: agent_call(server, chat, prompts, args.turns, args.tokens_per_turn), args.repeats)
+            (single_s, single_tokens), (agent_s, agent_tokens) = timed_pair(
+                lambda: one_batch_call(engine, prompts, [total] * len(prompts), True),
+                lambda: agent_call(server, chat, prompts, args.turns, args.tokens_per_turn),
+                args.repeats,
+            )
         finally:
             server.stop()
     single_tps, agent_tps = single_tokens / single_s, agent_tokens / agent_s

@@ -139,7 +139,10 @@ class AgentLoopBase(ABC):
         """
 
 
-_agent_loop_registry: dict[str, dict[str, str]] = {}
+_agent_loop_registry: dict[str, dict[str, str]] = {
+    # registered here by path (not imported): hybridrl.serving builds on this package
+    "openai_agent": {"_target_": "hybridrl.serving.openai_agent_loop.OpenAIAgentLoop"},
+}
 
 
 def register(agent_name: str) -> Callable[[type[AgentLoopBase]], type[AgentLoopBase]]:

@@ -26,12 +26,15 @@ ROW_OFFSET_KEY = "agent_row_offset"  # meta_info: position of the batch's first 
 
 
 def default_agent_name(rollout_config: Any) -> str:
-    """The loop of rows without an ``agent_name``: ``tool_agent`` when ``multi_turn.enable`` and the default is
-    still ``single_turn_agent`` (a single turn cannot call tools), else ``rollout.agent.default_agent_loop``."""
+    """The loop of rows without an ``agent_name``: ``rollout.agent.default_agent_loop``, except while that is still
+    ``single_turn_agent``: ``openai_agent`` when ``agent.custom_rollout_function.path`` names the user's agent,
+    ``tool_agent`` when ``multi_turn.enable`` (a single turn cannot call tools)."""
     name = str(rollout_config.agent.default_agent_loop)
-    if bool(rollout_config.multi_turn.enable) and name == "single_turn_agent":
-        return "tool_agent"
-    return name
+    if name != "single_turn_agent":
+        return name
+    if rollout_config.agent.custom_rollout_function.path:
+        return "openai_agent"
+    return "tool_agent" if bool(rollout_config.multi_turn.enable) else name
 
 
 def load_tools_and_interactions(multi_turn: Any) -> tuple[dict[str, Any], dict[str, Any]]:

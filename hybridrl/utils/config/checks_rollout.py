@@ -32,6 +32,11 @@ def check_rollout_mode(config: DictConfig) -> list[ConfigProblem]:
     for key in ("tool_config_path", "function_tool_path", "interaction_config_path"):
         _check_file(config, f"{multi_turn}.{key}", needs=f"{multi_turn}.enable", problems=problems)
     _check_file(config, f"{ROLLOUT}.agent.agent_loop_config_path", needs=None, problems=problems)
+    _check_file(config, f"{ROLLOUT}.agent.custom_rollout_function.path", needs=None, problems=problems)
+    if get(config, f"{ROLLOUT}.agent.custom_rollout_function.path") and mode != "async":
+        problems.append(ConfigProblem(f"{ROLLOUT}.agent.custom_rollout_function.path",
+                                      "your agent talks to the rollout servers, which run in server mode only.",
+                                      f"set {ROLLOUT}.mode=async (and data.return_raw_chat=True)."))
     _check_choice(config, f"{multi_turn}.tool_response_truncate_side", TRUNCATE_SIDES, problems)
     _check_choice(config, f"{multi_turn}.tokenization_sanity_check_mode", SANITY_CHECK_MODES, problems)
     return problems

@@ -1,5 +1,6 @@
 """Freeze the config surface: each YAML carries exactly verl 0.5's keys (+ the allow-listed additions)
-with verl 0.5's defaults, and every key is documented by a comment."""
+with verl 0.5's defaults, and every key is documented by a comment. A hybridrl-only YAML (``serve``) has no
+verl counterpart: its whole key set is the allow-list's lines for it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hybridrl.utils.config import CONFIG_NAMES, allowed_additions, config_dir, flatten_keys, load_config
+from hybridrl.utils.config import (
+    CONFIG_NAMES,
+    HYBRIDRL_CONFIG_NAMES,
+    allowed_additions,
+    config_dir,
+    flatten_keys,
+    load_config,
+)
 
 # verl 0.5's key lists (key<TAB>default, one per line), checked in so the freeze never depends on files
 # outside the repository.
@@ -51,6 +59,21 @@ def test_key_set_is_verl_plus_allowlisted_additions(name):
     assert sorted(additions - ours) == [], "allow-listed keys missing from the YAML"
 
 
+@pytest.mark.parametrize("name", HYBRIDRL_CONFIG_NAMES)
+def test_hybridrl_only_config_keys_are_exactly_its_allowlist_lines(name):
+    assert not (REFERENCE / f"verl-0.5-{name}-keys.tsv").exists(), f"{name} has a verl counterpart: list it in CONFIG_NAMES"
+    assert not set(CONFIG_NAMES) & set(HYBRIDRL_CONFIG_NAMES)
+    ours = set(flatten_keys(load_config(name)))
+    additions = allowed_additions(name)
+    assert sorted(ours - additions) == [], "keys of a hybridrl-only YAML missing from configs/additions_allowlist.txt"
+    assert sorted(additions - ours) == [], "allow-listed keys missing from the YAML"
+
+
+def test_every_shipped_yaml_is_frozen_by_a_test():
+    shipped = {path.stem for path in config_dir().glob("*.yaml")}
+    assert shipped == set(CONFIG_NAMES) | set(HYBRIDRL_CONFIG_NAMES)
+
+
 @pytest.mark.parametrize("name", CONFIG_NAMES)
 def test_defaults_equal_verl(name):
     ours = flatten_keys(load_config(name))
@@ -82,7 +105,7 @@ def test_deviation_and_additions_are_what_the_yaml_says():
 _KEY_LINE = re.compile(r"^(\s*)([\w-]+):")
 
 
-@pytest.mark.parametrize("name", CONFIG_NAMES)
+@pytest.mark.parametrize("name", CONFIG_NAMES + HYBRIDRL_CONFIG_NAMES)
 def test_every_key_has_a_comment_above_it(name):
     lines = (config_dir() / f"{name}.yaml").read_text().splitlines()
     undocumented = []

@@ -11,7 +11,7 @@ from hybridrl.utils.config.entry import compose_config, hydra_entry
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem, ConfigWarning
 from hybridrl.utils.config.loading import allowed_additions, flatten_keys, load_config
 from hybridrl.utils.config.overrides import prepare_cli_argv, prepare_overrides
-from hybridrl.utils.config.paths import CONFIG_NAMES, config_dir, config_file
+from hybridrl.utils.config.paths import CONFIG_NAMES, HYBRIDRL_CONFIG_NAMES, config_dir, config_file
 from hybridrl.utils.config.plan_table import format_batch_plan, plan_rows
 from hybridrl.utils.config.suggest import closest_keys
 from hybridrl.utils.config.unsupported import UNSUPPORTED, check_unsupported
@@ -23,6 +23,7 @@ __all__ = [
     "ConfigError",
     "ConfigProblem",
     "ConfigWarning",
+    "HYBRIDRL_CONFIG_NAMES",
     "RolePlan",
     "UNSUPPORTED",
     "allowed_additions",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# The YAMLs mirroring verl 0.5's (their keys are frozen against verl's, tests/configs/reference/).
 CONFIG_NAMES = ("ppo_trainer", "sft_trainer", "generation", "evaluation")
+# hybridrl-only YAMLs (no verl counterpart): every key is listed in additions_allowlist.txt.
+HYBRIDRL_CONFIG_NAMES = ("serve",)
 ADDITIONS_FILE = "additions_allowlist.txt"
 
 
@@ -28,8 +31,10 @@ def config_dir() -> Path:
 
 
 def config_file(name: str) -> Path:
-    """Path of ``<name>.yaml`` in :func:`config_dir`; ``name`` is one of :data:`CONFIG_NAMES`."""
+    """Path of ``<name>.yaml`` in :func:`config_dir`; ``name`` is one of :data:`CONFIG_NAMES` or
+    :data:`HYBRIDRL_CONFIG_NAMES`."""
     path = config_dir() / f"{name}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"no config named {name!r} in {config_dir()} (known: {', '.join(CONFIG_NAMES)})")
+        known = ", ".join(CONFIG_NAMES + HYBRIDRL_CONFIG_NAMES)
+        raise FileNotFoundError(f"no config named {name!r} in {config_dir()} (known: {known})")
     return path

@@ -1,0 +1,109 @@
+"""What every endpoint handler shares: the engine call, tokenizer, limits, recorder, and the checks and
+sampling parameters common to chat and completions requests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hybridrl.serving.choices import Choice
+from hybridrl.serving.errors import OpenAIError, invalid_request
+from hybridrl.serving.prompts import PromptRenderer
+from hybridrl.serving.requests import SamplingFields
+from hybridrl.serving.types import CompletionRecord, CompletionRecorder, GenerateFn, ServeLimits
+
+
+@dataclass(frozen=True)
+class ServingContext:
+    """The endpoint's configuration (built once by ``build_openai_app``)."""
+
+    generate: GenerateFn
+    tokenizer: Any
+    model_name: str
+    limits: ServeLimits
+    tool_format: str
+    chat_template_kwargs: dict[str, Any]
+    recorder: CompletionRecorder | None
+    renderer: PromptRenderer
+    tool_parser: Any  # hybridrl.experimental.agent_loop.tool_parser.ToolParser of ``tool_format``
+
+    def check_model(self, model: str) -> None:
+        """404 unless ``model`` is the served model's name."""
+        if model != self.model_name:
+            raise OpenAIError(
+                404,
+                f"The model '{model}' does not exist; this server serves '{self.model_name}' (GET /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
+
+    def check_request(self, body: SamplingFields, max_tokens: int | None, max_tokens_field: str) -> int:
+        """The request's ``max_tokens`` (the limit when absent) after the model, ``n`` and limit checks."""
+        self.check_model(body.model)
+        body.check_unsupported()
+        if body.n > self.limits.max_n:
+            raise invalid_request(f"'n' is {body.n}; this server allows at most {self.limits.max_n}", "n")
+        if max_tokens is None:
+            return self.limits.max_tokens
+        if max_tokens > self.limits.max_tokens:
+            raise invalid_request(
+                f"'{max_tokens_field}' is {max_tokens}; this server allows at most {self.limits.max_tokens} "
+                "(rollout.response_length)",
+                max_tokens_field,
+            )
+        return max_tokens
+
+    def check_prompt_length(self, prompt_ids: list[int], param: str) -> None:
+        """400 (``context_length_exceeded``) when the prompt has more tokens than the limit."""
+        if len(prompt_ids) > self.limits.max_prompt_tokens:
+            raise invalid_request(
+                f"the prompt has {len(prompt_ids)} tokens; this server allows at most "
+                f"{self.limits.max_prompt_tokens} (rollout.prompt_length)",
+                param,
+                code="context_length_exceeded",
+            )
+
+    def sampling_params(self, body: SamplingFields, max_tokens: int, client_logprobs: bool) -> dict[str, Any]:
+        """The engine's ``sampling_params``: the request's values; unset ones are left to the rollout config.
+        Log-probs are asked of the engine when the client wants them or a recorder keeps them."""
+        params: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "logprobs": bool(client_logprobs or self.recorder is not None),
+            "seed": body.seed,
+        }
+        for key in ("temperature", "top_p", "top_k"):
+            if getattr(body, key) is not None:
+                params[key] = getattr(body, key)
+        return params
+
+    def record(self, trajectory_id: str, prompt_ids: list[int], choice: Choice, **request: Any) -> None:
+        """Hand one returned choice to the recorder (``request``: ``request_messages``, ``tools``)."""
+        if self.recorder is None:
+            return
+        record = CompletionRecord(
+            prompt_ids=list(prompt_ids),
+            response_ids=list(choice.token_ids),
+            response_logprobs=None if choice.log_probs is None else list(choice.log_probs),
+            finish_reason=choice.finish_reason,
+            request_messages=request.get("request_messages"),
+            tools=request.get("tools"),
+            choice_index=choice.index,
+        )
+        self.recorder.record(trajectory_id, record)
+
+
+def response_header(prefix: str, model_name: str, object_name: str) -> dict[str, Any]:
+    """``{"id", "object", "created", "model"}`` of a new response."""
+    return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": object_name, "created": int(time.time()), "model": model_name}
+
+
+def usage(prompt_tokens: int, choices: list[Choice]) -> dict[str, int]:
+    """OpenAI ``usage``: the prompt counted once per prompt, completion tokens over all choices."""
+    completion_tokens = sum(len(choice.token_ids) for choice in choices)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }

@@ -96,7 +96,7 @@ async def chat_completion(context: ServingContext, body: ChatCompletionRequest, 
     tools = [tool.model_dump(exclude_none=True) for tool in body.tools] if body.tools else None
     template_kwargs = {**context.chat_template_kwargs, **(body.chat_template_kwargs or {})}
     messages = template_messages(body.messages)
-    prompt_ids = context.renderer.prompt_ids(messages, tools if use_tools else None, template_kwargs)
+    prompt_ids = context.renderer.prompt_ids(messages, tools if use_tools else None, template_kwargs, trajectory_id)
     context.check_prompt_length(prompt_ids, "messages")
     params = context.sampling_params(body, max_tokens, body.logprobs)
     outputs = await generate_choices(context.generate, trajectory_id, prompt_ids, params, body.n)

@@ -28,10 +28,11 @@ class ServingContext:
     recorder: CompletionRecorder | None
     renderer: PromptRenderer
     tool_parser: Any  # hybridrl.experimental.agent_loop.tool_parser.ToolParser of ``tool_format``
+    accept_any_model: bool = False  # training: the policy answers whatever model name the user's agent uses
 
     def check_model(self, model: str) -> None:
-        """404 unless ``model`` is the served model's name."""
-        if model != self.model_name:
+        """404 unless ``model`` is the served model's name (or any name is accepted)."""
+        if model != self.model_name and not self.accept_any_model:
             raise OpenAIError(
                 404,
                 f"The model '{model}' does not exist; this server serves '{self.model_name}' (GET /v1/models)",

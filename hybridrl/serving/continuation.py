@@ -107,6 +107,9 @@ class ContinuationRenderer(PromptRenderer):
                 or messages[:n] != previous.messages or messages[n].get("role") != "assistant"
                 or _answer_of(messages[n]) != previous.answer):
             return None
-        chat = self.chat_tokens(tools, template_kwargs)
         last = previous.response_ids[-1] if previous.response_ids else None
-        return previous.prompt_ids + previous.response_ids + chat.turn_ids(messages[n + 1:], last)
+        try:
+            added = self.chat_tokens(tools, template_kwargs).turn_ids(messages[n + 1:], last)
+        except Exception:  # noqa: BLE001 - the template cannot render these messages alone: render in full
+            return None
+        return previous.prompt_ids + previous.response_ids + added

@@ -50,6 +50,8 @@ def build_openai_app(
     tool_format: str = "hermes",
     chat_template_kwargs: dict | None = None,
     recorder: CompletionRecorder | None = None,
+    renderer: PromptRenderer | None = None,
+    accept_any_model: bool = False,
 ) -> FastAPI:
     """The FastAPI app serving ``model_name`` through ``generate`` (see the module docstring).
 
@@ -64,6 +66,10 @@ def build_openai_app(
         chat_template_kwargs: extra chat-template variables for every request (a request's own
             ``chat_template_kwargs`` are merged over them).
         recorder: receives every returned choice with its token ids (``types.CompletionRecorder``).
+        renderer: turns chat messages into prompt ids (default: a ``PromptRenderer`` over ``chat_template_kwargs``;
+            training passes a ``continuation.ContinuationRenderer``, which continues a trajectory from its tokens).
+        accept_any_model: answer requests for any ``model`` name (the training endpoint: an agent written for
+            another deployment keeps its model name).
 
     Raises:
         ValueError: an unknown ``tool_format``, or a chat template ``ChatTokens`` cannot use.
@@ -77,7 +83,8 @@ def build_openai_app(
         tool_format=tool_format,
         chat_template_kwargs=template_kwargs,
         recorder=recorder,
-        renderer=PromptRenderer(tokenizer, template_kwargs),
+        renderer=renderer if renderer is not None else PromptRenderer(tokenizer, template_kwargs),
+        accept_any_model=accept_any_model,
         tool_parser=ToolParser.get_tool_parser(tool_format, tokenizer),
     )
     app = FastAPI(title=f"hybridrl OpenAI-compatible API ({model_name})")

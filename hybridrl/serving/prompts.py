@@ -28,16 +28,22 @@ class PromptRenderer:
     def _key(tools: list[dict] | None, template_kwargs: dict[str, Any]) -> str:
         return json.dumps([tools, template_kwargs], sort_keys=True, default=str)
 
-    def prompt_ids(self, messages: list[dict], tools: list[dict] | None, template_kwargs: dict[str, Any]) -> list[int]:
-        """The generation prompt's ids; a template error is a 400 naming it."""
+    def chat_tokens(self, tools: list[dict] | None, template_kwargs: dict[str, Any]) -> ChatTokens:
+        """The (cached) ``ChatTokens`` of these tools and template kwargs."""
         key = self._key(tools, template_kwargs)
+        if key not in self._cache:
+            self._cache[key] = ChatTokens(self.tokenizer, tools=tools, chat_template_kwargs=template_kwargs)
+            if len(self._cache) > _RENDERER_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
+        return self._cache[key]
+
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None, template_kwargs: dict[str, Any],
+                   trajectory_id: str | None = None) -> list[int]:
+        """The generation prompt's ids (``trajectory_id``: unused here, see ``ContinuationRenderer``); a template
+        error is a 400 naming it."""
         try:
-            if key not in self._cache:
-                self._cache[key] = ChatTokens(self.tokenizer, tools=tools, chat_template_kwargs=template_kwargs)
-                if len(self._cache) > _RENDERER_CACHE_SIZE:
-                    self._cache.popitem(last=False)
-            self._cache.move_to_end(key)
-            return self._cache[key].prompt_ids(messages)
+            return self.chat_tokens(tools, template_kwargs).prompt_ids(messages)
         except Exception as error:  # noqa: BLE001 - jinja raises many types; the client sent what failed
             raise invalid_request(
                 f"the chat template could not render these messages: {type(error).__name__}: {error}", "messages"

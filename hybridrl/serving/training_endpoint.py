@@ -92,7 +92,7 @@ class TrainingEndpoint:
         self.app = build_openai_app(self._generate, tokenizer, model_name=self.model_name, limits=limits,
                                     api_key=self.api_key, tool_format=str(rollout.multi_turn.format),
                                     chat_template_kwargs=template_kwargs, recorder=_Recorder(self),
-                                    renderer=self.renderer)
+                                    renderer=self.renderer, accept_any_model=True)
         self.base_url: str | None = None
         self._server: Any = None
         self._task: asyncio.Task | None = None

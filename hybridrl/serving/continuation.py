@@ -50,8 +50,9 @@ def _normal_arguments(arguments: Any) -> str:
 
 
 def _answer_of(message: dict) -> tuple[str, list[tuple[str, str]]]:
-    calls = [((c.get("function") or {}).get("name", ""), _normal_arguments((c.get("function") or {}).get("arguments")))
-             for c in message.get("tool_calls") or []]
+    """What an assistant message says: its text and its tool calls as (name, normalised arguments)."""
+    functions = [call.get("function") or {} for call in message.get("tool_calls") or []]
+    calls = [(str(f.get("name") or ""), _normal_arguments(f.get("arguments"))) for f in functions]
     return (message.get("content") or "").strip(), calls
 
 

@@ -51,6 +51,7 @@ UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
         Unsupported("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template", _is_true, "error", "hybridrl trains on the tokens the engine generated (token-in/token-out); re-rendering earlier turns is not supported: set it to False."),
         Unsupported("actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts", _is_set, "error", "verl does not read it either: use actor_rollout_ref.rollout.n."),
         Unsupported("actor_rollout_ref.rollout.multi_turn.completion_callback", _is_set, "error", "verl 0.5's chat-scheduler callback is not supported: write an agent loop (@register) instead."),
+        Unsupported("actor_rollout_ref.rollout.trace.backend", _is_set, "warn", "rollout tracing (weave/mlflow) is not implemented; no traces are written."),
         Unsupported("actor_rollout_ref.rollout.agent.custom_async_server.path", _is_set, "error", "custom async servers are not supported: hybridrl's hf/vllm/sglang servers run in the rollout workers."),
         Unsupported("reward_model.sandbox_fusion.url", _is_set, "error", "Sandbox Fusion code rewards are not supported yet; set it to null."),
         Unsupported("actor_rollout_ref.actor.strategy", _equals("megatron"), "warn", "Megatron is not available; training runs on FSDP2."),

@@ -96,7 +96,12 @@ class ServingContext:
 
 def response_header(prefix: str, model_name: str, object_name: str) -> dict[str, Any]:
     """``{"id", "object", "created", "model"}`` of a new response."""
-    return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": object_name, "created": int(time.time()), "model": model_name}
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": object_name,
+        "created": int(time.time()),
+        "model": model_name,
+    }
 
 
 def usage(prompt_tokens: int, choices: list[Choice]) -> dict[str, int]:

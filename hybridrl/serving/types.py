@@ -1,8 +1,8 @@
 """The records of the OpenAI-compatible endpoint: its limits, the engine call it wraps, what it records.
 
-    generate(request_id, prompt_ids, sampling_params) -> TokenOutput     the engine (an async rollout server)
-    ServeLimits                                                          request bounds (from the config)
-    CompletionRecorder.record(trajectory_id, CompletionRecord)           one call per returned choice
+generate(request_id, prompt_ids, sampling_params) -> TokenOutput     the engine (an async rollout server)
+ServeLimits                                                          request bounds (from the config)
+CompletionRecorder.record(trajectory_id, CompletionRecord)           one call per returned choice
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_chat_prompt_is_chat_tokens_and_the_reply_the_engine_ids(tokenizer):
     generate = ScriptedGenerate(tokenizer, ["The answer is 3."])
     app = make_app(generate, tokenizer)
     response = run(lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES), app)
-    (request_id, prompt_ids, params), = generate.calls
+    ((request_id, prompt_ids, params),) = generate.calls
     assert prompt_ids == ChatTokens(tokenizer).prompt_ids(MESSAGES)
     # nothing set by the client: the server's limit, no log-probs (no recorder), the rest left to the rollout config
     assert params == {"max_tokens": LIMITS.max_tokens, "logprobs": False, "seed": None}
@@ -59,7 +59,13 @@ def test_sampling_fields_and_n_reach_the_engine_with_seed_plus_i(tokenizer):
     app = make_app(generate, tokenizer)
     response = run(
         lambda c: c.chat.completions.create(
-            model=MODEL, messages=MESSAGES, n=3, temperature=0.5, top_p=0.9, max_completion_tokens=7, seed=11,
+            model=MODEL,
+            messages=MESSAGES,
+            n=3,
+            temperature=0.5,
+            top_p=0.9,
+            max_completion_tokens=7,
+            seed=11,
             extra_body={"top_k": 5},
         ),
         app,

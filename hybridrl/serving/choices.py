@@ -54,7 +54,7 @@ async def generate_choices(
         seed = params.get("seed")
         return {**params, "seed": None if seed is None else int(seed) + i}
 
-    calls = [generate(trajectory_id, list(prompt_ids), params_of(i)) for i in range(n)]
+    calls = [generate(trajectory_id, prompt_ids=list(prompt_ids), sampling_params=params_of(i)) for i in range(n)]
     try:
         return list(await asyncio.gather(*calls))
     except Exception as error:  # noqa: BLE001 - the client gets a 500 naming the engine's error

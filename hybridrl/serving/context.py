@@ -78,8 +78,15 @@ class ServingContext:
                 params[key] = getattr(body, key)
         return params
 
-    def record(self, trajectory_id: str, prompt_ids: list[int], choice: Choice, **request: Any) -> None:
-        """Hand one returned choice to the recorder (``request``: ``request_messages``, ``tools``)."""
+    def record(
+        self,
+        trajectory_id: str,
+        prompt_ids: list[int],
+        choice: Choice,
+        request_messages: list[dict] | None = None,
+        tools: list[dict] | None = None,
+    ) -> None:
+        """Hand one returned choice to the recorder (no-op without one)."""
         if self.recorder is None:
             return
         record = CompletionRecord(
@@ -87,8 +94,8 @@ class ServingContext:
             response_ids=list(choice.token_ids),
             response_logprobs=None if choice.log_probs is None else list(choice.log_probs),
             finish_reason=choice.finish_reason,
-            request_messages=request.get("request_messages"),
-            tools=request.get("tools"),
+            request_messages=request_messages,
+            tools=tools,
             choice_index=choice.index,
         )
         self.recorder.record(trajectory_id, record)

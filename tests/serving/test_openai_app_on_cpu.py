@@ -212,3 +212,13 @@ def test_health_needs_no_api_key(tokenizer):
 
     reply = asyncio.run(main())  # the app requires API_KEY on /v1 routes only (see the error tests)
     assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+
+
+def test_logprob_bytes_are_the_tokens_raw_bytes(tokenizer):
+    text = "héllo wörld 日本"  # multi-byte characters split across byte-level tokens
+    generate = ScriptedGenerate(tokenizer, [text])
+    app = make_app(generate, tokenizer)
+    response = run(lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, logprobs=True), app)
+    entries = response.choices[0].logprobs.content
+    assert any(entry.token == "\ufffd" for entry in entries)  # a token holding part of a character
+    assert b"".join(bytes(entry.bytes) for entry in entries) == (text + "<|im_end|>").encode("utf-8")

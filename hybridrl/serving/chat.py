@@ -20,6 +20,7 @@ from hybridrl.serving.context import ServingContext, response_header, usage
 from hybridrl.serving.errors import invalid_request
 from hybridrl.serving.requests import ChatCompletionRequest, ChatMessage
 
+
 def _text_content(message: ChatMessage, index: int) -> str:
     """A message's content as text: a string, or the concatenated text of its ``text`` parts."""
     if message.content is None or isinstance(message.content, str):
@@ -27,8 +28,9 @@ def _text_content(message: ChatMessage, index: int) -> str:
     texts = []
     for part in message.content:
         if part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise invalid_request(f"only text content parts are supported, got {part.get('type')!r}",
-                                  f"messages.{index}.content")
+            raise invalid_request(
+                f"only text content parts are supported, got {part.get('type')!r}", f"messages.{index}.content"
+            )
         texts.append(part["text"])
     return "".join(texts)
 
@@ -69,8 +71,9 @@ def _tool_mode(body: ChatCompletionRequest) -> bool:
     names = {tool.function.name for tool in body.tools}
     name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     if name is None:
-        raise invalid_request(f"'tool_choice' must be none, auto, required or a named function, got {choice!r}",
-                              "tool_choice")
+        raise invalid_request(
+            f"'tool_choice' must be none, auto, required or a named function, got {choice!r}", "tool_choice"
+        )
     if name not in names:
         raise invalid_request(f"'tool_choice' names the function {name!r}, which is not in 'tools'", "tool_choice")
     return True

@@ -13,6 +13,7 @@ are a prefix of what the engine generated. Text is decoded with special tokens s
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,7 @@ async def generate_choices(
         seed = params.get("seed")
         return {**params, "seed": None if seed is None else int(seed) + i}
 
-    calls = [generate(trajectory_id, list(prompt_ids), params_of(i)) for i in range(n)]
+    calls = [generate(trajectory_id, prompt_ids=list(prompt_ids), sampling_params=params_of(i)) for i in range(n)]
     try:
         return list(await asyncio.gather(*calls))
     except Exception as error:  # noqa: BLE001 - the client gets a 500 naming the engine's error
@@ -119,11 +120,11 @@ def finish_choice(index: int, output: TokenOutput, tokenizer: Any, stop: list[st
 def chat_logprobs(tokenizer: Any, choice: Choice) -> dict[str, Any]:
     """OpenAI chat ``logprobs``: one entry per returned token (no alternatives: ``top_logprobs`` is [])."""
     entries = []
+    byte_level = _byte_level(tokenizer)
     for token_id, log_prob in zip(choice.token_ids, choice.log_probs or []):
         token = tokenizer.decode([token_id], skip_special_tokens=False)
-        entries.append(
-            {"token": token, "logprob": float(log_prob), "bytes": list(token.encode("utf-8")), "top_logprobs": []}
-        )
+        raw = _token_bytes(tokenizer, token_id) if byte_level else token.encode("utf-8")
+        entries.append({"token": token, "logprob": float(log_prob), "bytes": list(raw), "top_logprobs": []})
     return {"content": entries}
 
 
@@ -140,3 +141,36 @@ def completion_logprobs(tokenizer: Any, choice: Choice) -> dict[str, Any]:
         "top_logprobs": None,
         "text_offset": offsets,
     }
+
+
+# ---- the raw bytes of a token ---------------------------------------------------------------------
+# A byte-level BPE vocabulary (GPT-2, Qwen, Llama 3, SmolLM2) writes each byte as one printable character;
+# a token that holds part of a multi-byte character decodes to "\ufffd" alone, but its bytes are exact.
+
+
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte <-> printable-character table, inverted (character -> byte)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
+    chars, extra = list(printable), 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(char): byte for byte, char in zip(printable, chars)}
+
+
+def _byte_level(tokenizer: Any) -> bool:
+    """True for a fast tokenizer whose decoder is ByteLevel."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend is not None and type(backend.decoder).__name__ == "ByteLevel"
+
+
+def _token_bytes(tokenizer: Any, token_id: int) -> bytes:
+    """The token's raw bytes (its vocabulary string mapped back through the byte table; UTF-8 for added tokens)."""
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    table = _byte_of_char()
+    if token_id not in tokenizer.added_tokens_decoder and all(char in table for char in piece):
+        return bytes(table[char] for char in piece)
+    return piece.encode("utf-8")

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from hybridrl.experimental.agent_loop.tool_parser import ToolParser
 from hybridrl.serving.choices import Choice
 from hybridrl.serving.errors import OpenAIError, invalid_request
 from hybridrl.serving.prompts import PromptRenderer
@@ -17,17 +18,16 @@ from hybridrl.serving.types import CompletionRecord, CompletionRecorder, Generat
 
 @dataclass(frozen=True)
 class ServingContext:
-    """The endpoint's configuration (built once by ``build_openai_app``)."""
+    """The endpoint's configuration (built once by ``build_openai_app``; fields as its arguments)."""
 
     generate: GenerateFn
     tokenizer: Any
     model_name: str
     limits: ServeLimits
-    tool_format: str
     chat_template_kwargs: dict[str, Any]
     recorder: CompletionRecorder | None
     renderer: PromptRenderer
-    tool_parser: Any  # hybridrl.experimental.agent_loop.tool_parser.ToolParser of ``tool_format``
+    tool_parser: ToolParser  # of the app's ``tool_format``
     accept_any_model: bool = False  # training: the policy answers whatever model name the user's agent uses
 
     def check_model(self, model: str) -> None:
@@ -79,8 +79,15 @@ class ServingContext:
                 params[key] = getattr(body, key)
         return params
 
-    def record(self, trajectory_id: str, prompt_ids: list[int], choice: Choice, **request: Any) -> None:
-        """Hand one returned choice to the recorder (``request``: ``request_messages``, ``tools``)."""
+    def record(
+        self,
+        trajectory_id: str,
+        prompt_ids: list[int],
+        choice: Choice,
+        request_messages: list[dict] | None = None,
+        tools: list[dict] | None = None,
+    ) -> None:
+        """Hand one returned choice to the recorder (no-op without one)."""
         if self.recorder is None:
             return
         record = CompletionRecord(
@@ -88,8 +95,8 @@ class ServingContext:
             response_ids=list(choice.token_ids),
             response_logprobs=None if choice.log_probs is None else list(choice.log_probs),
             finish_reason=choice.finish_reason,
-            request_messages=request.get("request_messages"),
-            tools=request.get("tools"),
+            request_messages=request_messages,
+            tools=tools,
             choice_index=choice.index,
         )
         self.recorder.record(trajectory_id, record)
@@ -97,7 +104,12 @@ class ServingContext:
 
 def response_header(prefix: str, model_name: str, object_name: str) -> dict[str, Any]:
     """``{"id", "object", "created", "model"}`` of a new response."""
-    return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": object_name, "created": int(time.time()), "model": model_name}
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": object_name,
+        "created": int(time.time()),
+        "model": model_name,
+    }
 
 
 def usage(prompt_tokens: int, choices: list[Choice]) -> dict[str, int]:

@@ -1,10 +1,10 @@
 """OpenAI error objects: ``{"error": {"message", "type", "param", "code"}}`` with the matching HTTP status.
 
-    400 invalid_request_error   bad JSON, a field of the wrong type/range, max_tokens over the limit, prompt too long
-    401 invalid_request_error   missing or wrong API key (code ``invalid_api_key``)
-    404 invalid_request_error   unknown model (code ``model_not_found``) or route
-    413 invalid_request_error   body over ``server.max_request_bytes`` (code ``request_too_large``)
-    500 server_error            the rollout engine failed
+400 invalid_request_error   bad JSON, a field of the wrong type/range, max_tokens over the limit, prompt too long
+401 invalid_request_error   missing or wrong API key (code ``invalid_api_key``)
+404 invalid_request_error   unknown model (code ``model_not_found``) or route
+413 invalid_request_error   body over ``server.max_request_bytes`` (code ``request_too_large``)
+500 server_error            the rollout engine failed
 """
 
 from __future__ import annotations

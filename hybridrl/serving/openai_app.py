@@ -56,8 +56,9 @@ def build_openai_app(
     """The FastAPI app serving ``model_name`` through ``generate`` (see the module docstring).
 
     Args:
-        generate: ``async (request_id, prompt_ids, sampling_params) -> TokenOutput``, e.g.
-            ``AsyncRolloutServer.generate``; the caller starts and stops what is behind it.
+        generate: ``async (request_id, *, prompt_ids, sampling_params) -> TokenOutput``, e.g.
+            ``AsyncRolloutServer.generate`` or ``AsyncLLMServerManager.generate``; the caller starts and
+            stops what is behind it.
         tokenizer: the model's Hugging Face tokenizer (chat template, decoding).
         model_name: the id clients pass as ``model`` (another id is a 404).
         limits: request bounds.
@@ -80,7 +81,6 @@ def build_openai_app(
         tokenizer=tokenizer,
         model_name=model_name,
         limits=limits,
-        tool_format=tool_format,
         chat_template_kwargs=template_kwargs,
         recorder=recorder,
         renderer=renderer if renderer is not None else PromptRenderer(tokenizer, template_kwargs),

@@ -48,5 +48,3 @@ class PromptRenderer:
             raise invalid_request(
                 f"the chat template could not render these messages: {type(error).__name__}: {error}", "messages"
             ) from error
-
-

@@ -32,7 +32,7 @@ class SamplingFields(_Lenient):
     n: int = Field(1, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = None
+    top_k: int | None = Field(None, ge=-1)  # -1 or 0: off
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None

@@ -25,18 +25,25 @@ def chat_chunks(response: dict[str, Any], include_usage: bool) -> Iterator[dict[
     name = "chat.completion.chunk"
     for choice in response["choices"]:
         index, message = choice["index"], choice["message"]
-        yield _chunk(response, name, [{"index": index, "delta": {"role": "assistant", "content": ""},
-                                       "logprobs": None, "finish_reason": None}])
+        yield _chunk(
+            response,
+            name,
+            [{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+        )
         delta: dict[str, Any] = {}
         if message["content"]:
             delta["content"] = message["content"]
         if message.get("tool_calls"):
             delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
         if delta or choice["logprobs"]:
-            yield _chunk(response, name, [{"index": index, "delta": delta, "logprobs": choice["logprobs"],
-                                           "finish_reason": None}])
-        yield _chunk(response, name, [{"index": index, "delta": {}, "logprobs": None,
-                                       "finish_reason": choice["finish_reason"]}])
+            yield _chunk(
+                response,
+                name,
+                [{"index": index, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}],
+            )
+        yield _chunk(
+            response, name, [{"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}]
+        )
     if include_usage:
         yield _chunk(response, name, [], usage=response["usage"])
 
@@ -46,8 +53,11 @@ def completion_chunks(response: dict[str, Any], include_usage: bool) -> Iterator
     name = "text_completion"
     for choice in response["choices"]:
         yield _chunk(response, name, [{**choice, "finish_reason": None}])
-        yield _chunk(response, name, [{"index": choice["index"], "text": "", "logprobs": None,
-                                       "finish_reason": choice["finish_reason"]}])
+        yield _chunk(
+            response,
+            name,
+            [{"index": choice["index"], "text": "", "logprobs": None, "finish_reason": choice["finish_reason"]}],
+        )
     if include_usage:
         yield _chunk(response, name, [], usage=response["usage"])
 

@@ -1,20 +1,26 @@
 """The records of the OpenAI-compatible endpoint: its limits, the engine call it wraps, what it records.
 
-    generate(request_id, prompt_ids, sampling_params) -> TokenOutput     the engine (an async rollout server)
-    ServeLimits                                                          request bounds (from the config)
-    CompletionRecorder.record(trajectory_id, CompletionRecord)           one call per returned choice
+generate(request_id, prompt_ids=, sampling_params=) -> TokenOutput  the engine (an async rollout server)
+ServeLimits                                                          request bounds (from the config)
+CompletionRecorder.record(trajectory_id, CompletionRecord)           one call per returned choice
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hybridrl.workers.rollout.async_server.request import TokenOutput
 
-# ``AsyncRolloutServer.generate``'s signature: (request_id, prompt_ids, sampling_params) -> TokenOutput.
-GenerateFn = Callable[[str, list[int], dict[str, Any]], Awaitable[TokenOutput]]
+
+class GenerateFn(Protocol):
+    """The engine call: ``AsyncRolloutServer.generate`` or the agent loop's ``AsyncLLMServerManager.generate``
+    (both take ``prompt_ids`` / ``sampling_params`` by keyword). ``request_id`` is the trajectory id."""
+
+    def __call__(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> Awaitable[TokenOutput]: ...
 
 
 @dataclass(frozen=True)

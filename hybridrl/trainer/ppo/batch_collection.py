@@ -26,7 +26,7 @@ __all__ = ["BatchCollector", "OneGenerationBatch", "Rollout"]
 class Rollout:
     """generate → reward on one generation batch, bound to one step's worker groups, settings and number."""
 
-    workers: WorkerGroups  # actor_rollout generates; rm (if any) scores before the reward function
+    workers: WorkerGroups  # workers.rollout generates; rm (if any) scores before the reward function
     settings: StepSettings
     reward_fn: Any  # the training reward manager
     global_steps: int  # the step being collected (the rollout seeds by it)
@@ -34,7 +34,7 @@ class Rollout:
     def __call__(self, prompts: DataProto, gen_batch_index: int = 0) -> tuple[DataProto, dict[str, Any]]:
         """The scored batch of ``prompts`` (``rollout.n`` responses each) and the stages' metrics."""
         batch, gen_metrics = stages.generate(
-            prompts, self.workers.actor_rollout, self.settings, global_steps=self.global_steps,
+            prompts, self.workers.rollout, self.settings, global_steps=self.global_steps,
             gen_batch_index=gen_batch_index, reward_fn=self.reward_fn,
         )
         batch, reward_metrics = stages.reward(batch, self.reward_fn, rm=self.workers.rm)
@@ -43,7 +43,7 @@ class Rollout:
     def rebalance(self, batch: DataProto) -> tuple[DataProto, dict[str, Any]]:
         """Balance rows over the actor's ranks again and recount ``global_token_num`` (for rows merged from
         several generation batches)."""
-        world_size = self.workers.actor_rollout.world_size
+        world_size = self.workers.rollout.world_size
         return stages.finalize_rollout_batch(batch, world_size, self.settings.balance_batch)
 
 

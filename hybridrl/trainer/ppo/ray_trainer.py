@@ -184,6 +184,11 @@ class RayPPOTrainer:
             self._worker_init_kwargs(), self.role_worker_mapping, self.resource_pool_manager,
             self.ray_worker_group_cls, self.device_name, use_reference_policy=self.use_reference_policy,
         )
+        if self.config.actor_rollout_ref.rollout.mode == "async":  # server-mode rollout through agent loops
+            from hybridrl.experimental.agent_loop import AgentLoopManager
+
+            self.async_rollout_manager = AgentLoopManager(self.config, self.workers.actor_rollout)
+            self.workers = replace(self.workers, rollout_manager=self.async_rollout_manager)
 
     def _worker_init_kwargs(self) -> dict[Role, dict[str, Any]]:
         """The constructor arguments of each spawned role's worker class (the keys are the roles spawned); each
@@ -309,7 +314,7 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ verl's methods, delegating to the parts
     def _validate(self) -> dict[str, float]:
-        return self.validator.validate(self.actor_rollout_wg, self.global_steps, self.logger)
+        return self.validator.validate(self._worker_groups().rollout, self.global_steps, self.logger)
 
     def _save_checkpoint(self) -> None:
         self.checkpointer.save(self.global_steps, self._worker_groups(), self.train_dataloader, self.kl_ctrl_in_reward)

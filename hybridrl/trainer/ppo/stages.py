@@ -42,6 +42,7 @@ from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_
 __all__ = [
     "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "generate",
     "old_log_prob", "ref_log_prob", "remax_baseline", "reward", "timed", "update_actor", "update_critic", "values",
+    "with_row_columns",
 ]
 
 Metrics = dict[str, Any]
@@ -134,7 +135,8 @@ def generate(
     batch, metrics = _copy(prompts), {}
     batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
     non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
-    gen_batch = batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys)
+    gen_batch = with_row_columns(batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys),
+                                 batch, actor_rollout)
     gen_batch.meta_info.update(  # per-call values only: the sampling parameters are the rollout's config
         eos_token_id=settings.eos_token_id, pad_token_id=settings.pad_token_id, do_sample=True,
         global_steps=global_steps, gen_batch_index=gen_batch_index,
@@ -151,6 +153,15 @@ def generate(
         batch.batch["response_mask"] = compute_response_mask(batch)
     batch, balance_metrics = finalize_rollout_batch(batch, actor_rollout.world_size, settings.balance_batch)
     return batch, {**metrics, **balance_metrics}
+
+
+def with_row_columns(gen_batch: DataProto, batch: DataProto, rollout: Any) -> DataProto:
+    """Agent loops read every column of their row (``extra_info``, ``agent_name``, ...): a rollout that says so
+    (``reads_row_columns``, the AgentLoopManager) gets the batch's remaining non-tensor columns too (the same
+    arrays; they come back unchanged, and ``union`` checks they agree), as verl does in async mode."""
+    if getattr(rollout, "reads_row_columns", False):
+        gen_batch.non_tensor_batch.update(batch.non_tensor_batch)
+    return gen_batch
 
 
 def remax_baseline(prompts: DataProto, gen_batch: DataProto, actor_rollout: Any, reward_fn: Any) -> torch.Tensor:

@@ -38,11 +38,18 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
     import ray
 
     from hybridrl.trainer.ppo.roles import Role, need_critic, need_reference_policy
-    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+    from hybridrl.workers.fsdp_workers import (
+        ActorRolloutRefWorker,
+        AsyncActorRolloutRefWorker,
+        CriticWorker,
+        RewardModelWorker,
+    )
 
     global_pool = "global_pool"
     resource_pool_spec = {global_pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
-    role_worker_mapping: dict[Any, Any] = {Role.ActorRollout: ray.remote(ActorRolloutRefWorker)}
+    # rollout.mode=async: the policy worker also serves generation requests (verl's AsyncActorRolloutRefWorker)
+    policy_cls = AsyncActorRolloutRefWorker if config.actor_rollout_ref.rollout.mode == "async" else ActorRolloutRefWorker
+    role_worker_mapping: dict[Any, Any] = {Role.ActorRollout: ray.remote(policy_cls)}
     mapping: dict[Any, str] = {Role.ActorRollout: global_pool}
     if need_critic(config):
         role_worker_mapping[Role.Critic] = ray.remote(CriticWorker)

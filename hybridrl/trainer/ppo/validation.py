@@ -21,6 +21,7 @@ import numpy as np
 
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.trainer.ppo.metric_utils import process_validation_metrics
+from hybridrl.trainer.ppo.stages import with_row_columns
 from hybridrl.utils.tracking import ValidationGenerationsLogger
 
 __all__ = ["Validator", "decode_responses", "dump_generations", "reduce_validation_metrics"]
@@ -81,7 +82,8 @@ class Validator:
 
     def _generate(self, batch: DataProto, actor_rollout: Any, global_steps: int) -> DataProto:
         """Pops the prompts off ``batch`` (a batch this method's caller owns) and returns the generations."""
-        gen_batch = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        gen_batch = with_row_columns(batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"]), batch,
+                                     actor_rollout)
         gen_batch.meta_info = {
             "eos_token_id": self.tokenizer.eos_token_id,
             "pad_token_id": self.tokenizer.pad_token_id,

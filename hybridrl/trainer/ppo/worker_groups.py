@@ -31,6 +31,13 @@ class WorkerGroups:
     critic: Any = None  # compute_values, update_critic
     ref: Any = None  # compute_ref_log_prob (a RefPolicy group, or actor_rollout itself)
     rm: Any = None  # compute_rm_score
+    # rollout.mode=async: the AgentLoopManager (server-mode rollout over actor_rollout's engines)
+    rollout_manager: Any = None
+
+    @property
+    def rollout(self) -> Any:
+        """What answers ``generate_sequences``: the agent-loop manager in server mode, else the actor's group."""
+        return self.rollout_manager if self.rollout_manager is not None else self.actor_rollout
 
     @property
     def use_critic(self) -> bool:

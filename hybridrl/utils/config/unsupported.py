@@ -48,8 +48,10 @@ _SHM = "loading through /dev/shm is not implemented; files are read directly."
 # fmt: off
 UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
     "ppo_trainer": (
-        Unsupported("actor_rollout_ref.rollout.multi_turn.enable", _is_true, "error", "multi-turn/tool rollouts are not supported yet; set it to False."),
-        Unsupported("actor_rollout_ref.rollout.mode", _equals("async"), "error", "async (server/agent-loop) rollout is not supported yet; use sync."),
+        Unsupported("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template", _is_true, "error", "hybridrl trains on the tokens the engine generated (token-in/token-out); re-rendering earlier turns is not supported: set it to False."),
+        Unsupported("actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts", _is_set, "error", "verl does not read it either: use actor_rollout_ref.rollout.n."),
+        Unsupported("actor_rollout_ref.rollout.multi_turn.completion_callback", _is_set, "error", "verl 0.5's chat-scheduler callback is not supported: write an agent loop (@register) instead."),
+        Unsupported("actor_rollout_ref.rollout.agent.custom_async_server.path", _is_set, "error", "custom async servers are not supported: hybridrl's hf/vllm/sglang servers run in the rollout workers."),
         Unsupported("reward_model.sandbox_fusion.url", _is_set, "error", "Sandbox Fusion code rewards are not supported yet; set it to null."),
         Unsupported("actor_rollout_ref.actor.strategy", _equals("megatron"), "warn", "Megatron is not available; training runs on FSDP2."),
         Unsupported("critic.strategy", _equals("megatron"), "warn", "Megatron is not available; training runs on FSDP2."),

@@ -173,15 +173,25 @@ class RolloutHandle:
         dtype = self.engine.weight_dtype
         return verify_samples(record, actual, engine_name=self.engine_name, engine_dtype=dtype)
 
+    def wake_up(self) -> dict[str, float]:
+        """Wake the engine and push the actor's weights if stale; returns the sync metrics ({} when none).
+
+        The first half of ``generate_sequences``; server mode (``rollout.mode=async``) serves requests in between."""
+        self.engine.wake()
+        return self.sync_weights() if self._stale else {}
+
+    def sleep(self) -> None:
+        """Give the engine's memory back to training (when ``free_cache_engine``)."""
+        if self.free_cache_engine:
+            self.engine.sleep()
+
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Wake → sync if stale → generate → sleep; adds ``timing["weight_sync"]`` and sync metrics."""
-        self.engine.wake()
-        sync_metrics = self.sync_weights() if self._stale else {}
+        sync_metrics = self.wake_up()
         try:
             output = self.engine.generate_sequences(prompts)
         finally:
-            if self.free_cache_engine:
-                self.engine.sleep()
+            self.sleep()
         if sync_metrics:
             output.meta_info["timing"]["weight_sync"] = sync_metrics["rollout/weight_sync_s"]
             output.meta_info.setdefault("metrics", {}).update(sync_metrics)

@@ -87,7 +87,23 @@ CASES = [
         "actor_rollout_ref.rollout.val_kwargs.do_sample",
         "temperature",
     ),
-    (["actor_rollout_ref.rollout.mode=async"], "actor_rollout_ref.rollout.mode", "not supported yet"),
+    (["actor_rollout_ref.rollout.mode=async"], "data.return_raw_chat", "data.return_raw_chat=True"),
+    (["actor_rollout_ref.rollout.mode=server"], "actor_rollout_ref.rollout.mode", "('sync', 'async')"),
+    (
+        ["actor_rollout_ref.rollout.multi_turn.tool_config_path=/nonexistent/tools.yaml"],
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+        "multi_turn.enable=True",
+    ),
+    (
+        ["actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=True"],
+        "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+        "set it to False",
+    ),
+    (
+        ["actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=top"],
+        "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side",
+        "'middle'",
+    ),
     (
         ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2"],
         "critic.ulysses_sequence_parallel_size",
@@ -116,7 +132,7 @@ CASES = [
     (
         ["actor_rollout_ref.rollout.multi_turn.enable=True"],
         "actor_rollout_ref.rollout.multi_turn.enable",
-        "not supported yet",
+        "rollout.mode=async",
     ),
     (["actor_rollout_ref.rollout.name=tgi"], "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.name=hf"),
     (["trainer.device=npu"], "trainer.device", "trainer.device=cpu"),
@@ -139,7 +155,7 @@ def test_all_problems_are_reported_at_once(cpu_overrides):
     extra = [
         "data.train_batch_size=15",
         "actor_rollout_ref.rollout.n=1",
-        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.mode=server",
         "trainer.device=npu",
         "algorithm.adv_estimator=grop",
     ]

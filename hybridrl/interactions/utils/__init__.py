@@ -1,0 +1,1 @@
+"""Interaction helpers at verl's paths (``verl.interactions.utils``)."""

@@ -1,0 +1,85 @@
+"""Build interactions from verl's interaction YAML (``multi_turn.interaction_config_path``).
+
+verl's format::
+
+    interaction:
+      - name: gsm8k                                                  # optional; default from the class name
+        class_name: hybridrl.interactions.gsm8k_interaction.Gsm8kInteraction   # "verl." reads as "hybridrl."
+        config: {}
+
+Each class is called as ``cls(config=<config dict with "name" set>)``. Without ``name``, the class name
+lower-cased without an ``Interaction`` suffix is used (``Gsm8kInteraction`` → ``gsm8k``), as in verl.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hybridrl.interactions.base import BaseInteraction
+from hybridrl.tools.class_path import import_class_path
+
+__all__ = ["get_interaction_class", "initialize_interactions_from_config"]
+
+_CLASS_SUFFIX = "Interaction"
+
+
+def get_interaction_class(cls_name: str) -> type:
+    """The class at the dotted path ``cls_name`` (``verl.`` prefix read as ``hybridrl.``)."""
+    return import_class_path(cls_name, where="interaction class")
+
+
+def initialize_interactions_from_config(interaction_config_file: str) -> dict[str, BaseInteraction]:
+    """``{name: interaction}`` for every entry of the YAML file's ``interaction`` list.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: unreadable YAML, no ``interaction`` list, a bad entry or a duplicate name (the message
+            names the file and the entry).
+    """
+    interactions: dict[str, BaseInteraction] = {}
+    for index, entry in enumerate(_read_entries(interaction_config_file)):
+        where = f"interaction[{index}] of {interaction_config_file}"
+        name, interaction = _build_interaction(entry, where)
+        if name in interactions:
+            raise ValueError(f"{where}: duplicate interaction name '{name}'; each interaction needs a unique name")
+        interactions[name] = interaction
+    return interactions
+
+
+def default_interaction_name(class_name: str) -> str:
+    """``pkg.Gsm8kInteraction`` → ``gsm8k``; ``pkg.MyUser`` → ``myuser``."""
+    simple = class_name.rsplit(".", 1)[-1]
+    return (simple[: -len(_CLASS_SUFFIX)] if simple.endswith(_CLASS_SUFFIX) else simple).lower()
+
+
+def _read_entries(path: str) -> list[Any]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"interaction config file '{path}' not found (multi_turn.interaction_config_path)")
+    try:
+        content = OmegaConf.load(path)
+    except Exception as exc:
+        raise ValueError(f"interaction config file '{path}' is not valid YAML: {exc}") from exc
+    entries = content.get("interaction") if isinstance(content, DictConfig) else None
+    if entries is None or isinstance(entries, (str, DictConfig)):
+        raise ValueError(
+            f"interaction config file '{path}' needs a top-level `interaction:` list of {{name, class_name, config}}"
+        )
+    return list(entries)
+
+
+def _build_interaction(entry: Any, where: str) -> tuple[str, BaseInteraction]:
+    if not isinstance(entry, DictConfig) or "class_name" not in entry:
+        raise ValueError(f"{where}: each entry needs `class_name` (and optional `name`, `config`), got {entry!r}")
+    interaction_class = import_class_path(entry.class_name, where)
+    config = OmegaConf.to_container(entry.config, resolve=True) if entry.get("config") is not None else {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: `config` must be a mapping, got {config!r}")
+    name = entry.get("name") or default_interaction_name(entry.class_name)
+    config["name"] = name
+    try:
+        return name, interaction_class(config=config)
+    except Exception as exc:
+        raise ValueError(f"{where}: {entry.class_name}(config=...) raised {exc!r}") from exc

@@ -1,0 +1,1 @@
+"""Tool helpers at verl 0.5's paths (``verl.tools.utils``)."""

@@ -1,0 +1,210 @@
+"""Continuous batching on a Hugging Face causal LM (the hf engine's async server).
+
+State between steps (B running rows, T cache length, V vocabulary):
+
+    cache           DynamicCache, keys/values [B, H, T, D], rows left-padded
+    attention_mask  [B, T]  0 on each row's left padding
+    next_pos        [B, 1]  position id of each row's next token
+    logits          [B, V]  next-token logits of every row (ready to sample)
+
+One ``step()``: admit waiting requests into free slots (``rollout.max_num_seqs``) by prefilling them as one
+left-padded batch (at most ``rollout.max_num_batched_tokens`` padded prompt tokens, at least one request)
+and merging their cache into the running one; sample one token for every row; finished rows (an EOS id, or
+``max_tokens``) leave the batch; leading columns that became padding in every row are trimmed; one decode
+forward computes the next logits of the rows that remain.
+
+Sampling and log-probs follow ``decoding.sample_next_tokens`` row by row: greedy = argmax; log-probs are
+``log_softmax(logits / T_lp)[token]`` of the unfiltered distribution. A request with a ``seed`` samples from
+its own ``torch.Generator`` (one ``multinomial`` per row), so its tokens do not depend on who else runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from hybridrl.utils.padding import all_padding_columns
+from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, StepEngine
+from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, trim_leading
+from hybridrl.workers.rollout.async_server.request import TokenOutput
+from hybridrl.workers.rollout.decoding import _prefill_distinct_rows, filter_logits
+from hybridrl.workers.rollout.hf_rollout import HFRollout, left_pad
+
+
+@dataclass
+class _Row:
+    """One running request and what it generated so far."""
+
+    request: ServerRequest
+    generator: torch.Generator | None
+    token_ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+
+
+def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of ``logits [B, V]`` under each row's own parameters.
+
+    Returns ``tokens [B]`` (int64) and ``log_probs [B]`` = ``log_softmax(logits / T_lp)[token]`` (unfiltered).
+    """
+    logits = logits.float()
+    params = [row.request.params.sampling for row in rows]
+    lp_temperature = torch.tensor([p.logprob_temperature for p in params], device=logits.device).unsqueeze(-1)
+    all_log_probs = torch.log_softmax(logits / lp_temperature, dim=-1)
+    tokens = logits.argmax(dim=-1)
+    groups: dict[tuple[float, int, float], list[int]] = {}
+    for index, p in enumerate(params):
+        if not p.greedy:
+            groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(index)
+    for (temperature, top_k, top_p), indices in groups.items():
+        probs = filter_logits(logits[indices] / temperature, top_k, top_p).softmax(dim=-1)  # [g, V]
+        unseeded = [j for j, index in enumerate(indices) if rows[index].generator is None]
+        if unseeded:  # one draw from the shared RNG for the whole group
+            drawn = torch.multinomial(probs[unseeded], num_samples=1, generator=shared).squeeze(-1)
+            tokens[[indices[j] for j in unseeded]] = drawn
+        for j, index in enumerate(indices):
+            if rows[index].generator is not None:  # a seeded request draws from its own RNG, alone
+                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=rows[index].generator)[
+                    0, 0
+                ]
+    return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _finish_reason(row: _Row) -> str | None:
+    """``"stop"`` after an EOS id (unless ignore_eos), ``"length"`` at ``max_tokens``, else None."""
+    params = row.request.params.sampling
+    if not params.ignore_eos and row.token_ids[-1] in params.eos_token_ids:
+        return "stop"
+    if len(row.token_ids) >= params.max_new_tokens:
+        return "length"
+    return None
+
+
+class HFBatcher(StepEngine):
+    """``StepEngine`` over an ``HFRollout``'s model (continuous batching; see the module docstring).
+
+    Args:
+        rollout: the hf engine (``model``, ``device``, ``generator`` for unseeded sampling, ``pad_token_id``).
+        max_num_seqs: running-batch cap (``rollout.max_num_seqs``).
+        max_prefill_tokens: padded prompt tokens one admission may prefill (``rollout.max_num_batched_tokens``).
+    """
+
+    def __init__(self, rollout: HFRollout, *, max_num_seqs: int, max_prefill_tokens: int) -> None:
+        if max_num_seqs < 1:
+            raise ValueError(f"actor_rollout_ref.rollout.max_num_seqs must be >= 1, got {max_num_seqs}")
+        self.rollout = rollout
+        self.max_num_seqs = int(max_num_seqs)
+        self.max_prefill_tokens = int(max_prefill_tokens)
+        self.waiting: deque[ServerRequest] = deque()
+        self._clear()
+
+    def _clear(self) -> None:
+        self.rows: list[_Row] = []
+        self.cache = None
+        self.attention_mask: torch.Tensor | None = None  # [B, T]
+        self.next_pos: torch.Tensor | None = None  # [B, 1]
+        self.logits: torch.Tensor | None = None  # [B, V]
+
+    # ---- StepEngine ------------------------------------------------------------------------------
+
+    def add(self, request: ServerRequest) -> None:
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.rows)
+
+    def reset(self) -> list[ServerRequest]:
+        dropped = [row.request for row in self.rows] + list(self.waiting)
+        self.waiting.clear()
+        self._clear()
+        return dropped
+
+    @torch.no_grad()
+    def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
+        self._admit()
+        if not self.rows:
+            return []
+        tokens, log_probs = sample_rows(self.logits, self.rows, self.rollout.generator)
+        finished, keep = [], []
+        for index, (row, token, log_prob) in enumerate(zip(self.rows, tokens.tolist(), log_probs.tolist())):
+            row.token_ids.append(token)
+            row.log_probs.append(log_prob)
+            reason = _finish_reason(row)
+            if reason is None:
+                keep.append(index)
+            else:
+                wants_log_probs = row.request.params.sampling.calculate_log_probs
+                finished.append(
+                    (row.request, TokenOutput(row.token_ids, row.log_probs if wants_log_probs else None, reason))
+                )
+        if len(keep) < len(self.rows):
+            self._select(keep)
+        if self.rows:
+            self._decode(tokens[keep] if len(keep) < len(tokens) else tokens)
+        return finished
+
+    # ---- batch surgery -----------------------------------------------------------------------------
+
+    def _take_admissions(self) -> list[ServerRequest]:
+        """Waiting requests that fit the free slots and the prefill token budget (FIFO; at least one)."""
+        taken: list[ServerRequest] = []
+        longest = 0
+        while self.waiting and len(self.rows) + len(taken) < self.max_num_seqs:
+            longest_if_taken = max(longest, len(self.waiting[0].prompt_ids))
+            if taken and longest_if_taken * (len(taken) + 1) > self.max_prefill_tokens:
+                break
+            taken.append(self.waiting.popleft())
+            longest = longest_if_taken
+        return taken
+
+    def _admit(self) -> None:
+        """Prefill the admitted requests ``[k, P]`` and append them to the running batch."""
+        from transformers import DynamicCache
+
+        taken = self._take_admissions()
+        if not taken:
+            return
+        device = self.rollout.device
+        input_ids, mask = left_pad([r.prompt_ids for r in taken], self.rollout.pad_token_id, device)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = _prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+        rows = [_Row(request, self._generator(request)) for request in taken]
+        if not self.rows:
+            self.cache, self.attention_mask, self.next_pos, self.logits = cache, mask, position_ids[:, -1:] + 1, logits
+        else:
+            self.cache, self.attention_mask = merge_rows(self.cache, self.attention_mask, cache, mask)
+            self.next_pos = torch.cat([self.next_pos, position_ids[:, -1:] + 1])
+            self.logits = torch.cat([self.logits, logits])
+        self.rows.extend(rows)
+
+    def _generator(self, request: ServerRequest) -> torch.Generator | None:
+        seed = request.params.seed
+        if seed is None or request.params.sampling.greedy:
+            return None
+        return torch.Generator(device=self.rollout.device).manual_seed(seed)
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep rows ``keep`` of the batch, then trim the columns that became padding in every row."""
+        self.rows = [self.rows[i] for i in keep]
+        if not keep:
+            self._clear()
+            return
+        index = torch.tensor(keep, device=self.attention_mask.device)
+        self.cache.batch_select_indices(index)
+        self.attention_mask, self.next_pos = self.attention_mask[index], self.next_pos[index]
+        lead, _ = all_padding_columns(self.attention_mask)
+        self.attention_mask = trim_leading(self.cache, self.attention_mask, lead)
+
+    def _decode(self, tokens: torch.Tensor) -> None:
+        """Feed ``tokens [B]`` (the tokens just sampled) and compute the next logits ``[B, V]``."""
+        self.attention_mask = torch.cat([self.attention_mask, torch.ones_like(self.attention_mask[:, :1])], dim=-1)
+        self.logits = self.rollout.model(
+            input_ids=tokens.unsqueeze(-1),
+            attention_mask=self.attention_mask,
+            position_ids=self.next_pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        ).logits[:, -1]
+        self.next_pos = self.next_pos + 1

@@ -1,0 +1,188 @@
+"""Continuous batching of the hf async server on the tiny model: same tokens as one-at-a-time generation,
+slots freed by finished requests, batch-independent seeded sampling, draining stop, errors reach the callers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from async_server_testlib import (
+    QUESTIONS,
+    hf_engine,
+    one_at_a_time_greedy,
+    prompt_ids,
+    serving,
+    spread_weights,
+    top2_margin,
+)
+
+from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest
+from hybridrl.workers.rollout.async_server.hf_batcher import HFBatcher
+
+MAX_TOKENS = [3, 12, 5, 16, 1, 9]
+RESULT_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return spread_weights(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval())
+
+
+@pytest.fixture(scope="module")
+def stop_token(model, tokenizer):
+    """A token the greedy model emits 5th for QUESTIONS[2]: an extra EOS, so some requests stop early."""
+    engine = hf_engine(model, tokenizer, response_length=16)
+    tokens, _ = one_at_a_time_greedy(engine, tokenizer, QUESTIONS[2], 16)
+    return tokens[4]
+
+
+def test_concurrent_greedy_requests_match_one_at_a_time_generation(model, tokenizer, stop_token):
+    engine = hf_engine(model, tokenizer, extra_eos=[stop_token], response_length=16, max_num_seqs=4)
+    prompts = [prompt_ids(tokenizer, q) for q in QUESTIONS]
+    assert len({len(p) for p in prompts}) == len(prompts)  # all prompt lengths differ
+    with serving(engine) as server:  # 6 requests, 4 slots: two wait and join mid-flight
+        futures = [
+            server.submit(f"r{i}", ids, {"max_tokens": n, "temperature": 0, "logprobs": True})
+            for i, (ids, n) in enumerate(zip(prompts, MAX_TOKENS))
+        ]
+        outputs = [f.result(timeout=RESULT_TIMEOUT_S) for f in futures]
+    reasons = []
+    for question, ids, n, output in zip(QUESTIONS, prompts, MAX_TOKENS, outputs):
+        ref_tokens, ref_log_probs = one_at_a_time_greedy(engine, tokenizer, question, n)
+        assert output.token_ids == ref_tokens, question
+        torch.testing.assert_close(torch.tensor(output.log_probs), ref_log_probs, atol=1e-4, rtol=0)
+        assert top2_margin(model, ids, ref_tokens) > 1e-3  # no argmax near-tie decided the comparison
+        expected = "stop" if ref_tokens[-1] in engine.eos_token_ids else "length"
+        assert output.stop_reason == expected
+        reasons.append(output.stop_reason)
+    assert "stop" in reasons and "length" in reasons  # early finishers and full-length ones both ran
+
+
+def _request(tokenizer, key: str, question: str, max_tokens: int, server_params) -> ServerRequest:
+    params = server_params({"max_tokens": max_tokens, "temperature": 0, "logprobs": True, "ignore_eos": True})
+    return ServerRequest(key=key, request_id=key, prompt_ids=prompt_ids(tokenizer, question), params=params)
+
+
+def test_a_finished_request_frees_its_slot_for_a_waiting_one(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=16)
+    server_params = _resolver(engine)
+    batcher = HFBatcher(engine, max_num_seqs=2, max_prefill_tokens=8192)
+    # A: 2 tokens, B: 10 tokens, C (longest prompt, waits for a slot): 3 tokens
+    for key, question, n in [("A", QUESTIONS[0], 2), ("B", QUESTIONS[1], 10), ("C", QUESTIONS[4], 3)]:
+        batcher.add(_request(tokenizer, key, question, n, server_params))
+    running, finished_at = [], {}
+    step = 0
+    while batcher.has_work():
+        step += 1
+        done = batcher.step()
+        running.append("".join(sorted(r.request.key for r in batcher.rows) + [d.key for d, _ in done]))
+        finished_at.update({request.key: (step, output) for request, output in done})
+    # steps 1-2: A and B; A leaves after its 2nd token, C joins at step 3 and leaves after step 5; B runs alone
+    assert running == ["AB", "BA", "BC", "BC", "BC", "B", "B", "B", "B", "B"]
+    assert {k: s for k, (s, _) in finished_at.items()} == {"A": 2, "C": 5, "B": 10}
+    for key, question, n in [("B", QUESTIONS[1], 10), ("C", QUESTIONS[4], 3)]:
+        assert finished_at[key][1].token_ids == one_at_a_time_greedy(engine, tokenizer, question, n)[0]
+
+
+def _resolver(engine):
+    from hybridrl.workers.rollout.async_server.request import resolve_request_params
+
+    def resolve(sampling_params):
+        return resolve_request_params(
+            sampling_params, engine.rollout_config, eos_token_ids=engine.eos_token_ids, pad_token_id=engine.pad_token_id
+        )
+
+    return resolve
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=12)
+    target = prompt_ids(tokenizer, QUESTIONS[2])
+    seeded = {"max_tokens": 12, "temperature": 1.0, "seed": 7, "logprobs": True, "ignore_eos": True}
+    with serving(engine) as server:
+        alone = server.submit("alone", target, seeded).result(timeout=RESULT_TIMEOUT_S)
+        crowd = [
+            server.submit("g", prompt_ids(tokenizer, QUESTIONS[0]), {"max_tokens": 5, "temperature": 0}),
+            server.submit("u", prompt_ids(tokenizer, QUESTIONS[4]), {"max_tokens": 9, "temperature": 0.7}),
+            server.submit("in_crowd", target, seeded),
+            server.submit("k", prompt_ids(tokenizer, QUESTIONS[3]), {"max_tokens": 12, "top_k": 5, "seed": 1}),
+            server.submit("again", target, seeded),
+            server.submit("other_seed", target, {**seeded, "seed": 8}),
+        ]
+        results = [f.result(timeout=RESULT_TIMEOUT_S) for f in crowd]
+    in_crowd, again, other_seed = results[2], results[4], results[5]
+    assert len(alone.token_ids) == 12
+    assert in_crowd.token_ids == alone.token_ids == again.token_ids
+    torch.testing.assert_close(torch.tensor(in_crowd.log_probs), torch.tensor(alone.log_probs), atol=1e-4, rtol=0)
+    assert other_seed.token_ids != alone.token_ids
+
+
+def test_stop_finishes_every_submitted_request_then_refuses_new_ones(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=8, max_num_seqs=3)
+    with serving(engine) as server:
+        futures = [
+            server.submit(f"r{i}", prompt_ids(tokenizer, QUESTIONS[i % 6]), {"max_tokens": 8, "ignore_eos": True})
+            for i in range(8)
+        ]
+        server.stop()  # returns only after all 8 finished
+        assert all(f.done() for f in futures)
+        assert [len(f.result().token_ids) for f in futures] == [8] * 8
+        assert all(f.result().log_probs is not None for f in futures)  # rollout.calculate_log_probs=True
+        with pytest.raises(RuntimeError, match="start"):
+            server.submit("late", [1, 2, 3], {"max_tokens": 2})
+        server.start()  # a stopped server starts again (the next training step)
+        assert len(server.submit("next", [1, 2, 3], {"max_tokens": 2}).result(timeout=RESULT_TIMEOUT_S).token_ids) == 2
+
+
+class _FailingModel(torch.nn.Module):
+    """Forwards to the real model; raises on the ``fail_on``-th call (a fake standing in for a broken engine)."""
+
+    def __init__(self, inner: torch.nn.Module, fail_on: int) -> None:
+        super().__init__()
+        self.inner, self.fail_on, self.calls = inner, fail_on, 0
+
+    def forward(self, **kwargs):
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise RuntimeError("boom: the model failed")
+        return self.inner(**kwargs)
+
+
+def test_a_model_error_fails_the_pending_futures_and_the_server_keeps_serving(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=8, max_num_seqs=2)
+    engine.model = _FailingModel(model, fail_on=3)  # prefill, decode, then the 3rd forward fails
+    with serving(engine) as server:
+        futures = [
+            server.submit(f"r{i}", prompt_ids(tokenizer, QUESTIONS[i]), {"max_tokens": 8, "ignore_eos": True})
+            for i in range(4)
+        ]
+        for future in futures:
+            with pytest.raises(RuntimeError, match="boom"):
+                future.result(timeout=RESULT_TIMEOUT_S)
+        later = server.submit("later", prompt_ids(tokenizer, QUESTIONS[0]), {"max_tokens": 4, "temperature": 0})
+        assert len(later.result(timeout=RESULT_TIMEOUT_S).token_ids) == 4
+
+
+def test_generate_from_an_event_loop_and_request_options(model, tokenizer):
+    engine = hf_engine(model, tokenizer, response_length=6)
+
+    async def many(server):
+        calls = [
+            server.generate(f"r{i}", prompt_ids(tokenizer, q), {"max_tokens": 50, "temperature": 0, "logprobs": False})
+            for i, q in enumerate(QUESTIONS)
+        ]
+        return await asyncio.gather(*calls)
+
+    with serving(engine) as server:
+        outputs = asyncio.run(many(server))
+        with pytest.raises(KeyError, match="max_tokens"):
+            server.submit("x", [1, 2], {"temperature": 1.0})
+        with pytest.raises(ValueError, match="prompt_ids"):
+            server.submit("x", [], {"max_tokens": 2})
+    for question, output in zip(QUESTIONS, outputs):
+        assert output.log_probs is None
+        reference, _ = one_at_a_time_greedy(engine, tokenizer, question, 6)  # max_tokens 50 → response_length 6
+        assert output.token_ids == reference

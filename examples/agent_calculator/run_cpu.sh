@@ -55,7 +55,7 @@ python -m hybridrl.trainer.main_ppo \
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$MODEL" \
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
-    actor_rollout_ref.actor.optim.lr=5e-4 \
+    actor_rollout_ref.actor.optim.lr=3e-4 \
     actor_rollout_ref.actor.optim.lr_warmup_steps=3 \
     actor_rollout_ref.actor.ppo_mini_batch_size=16 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \

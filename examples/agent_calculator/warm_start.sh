@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Warm start of the calculator agent (CPU, a few minutes): data -> tiny random model -> multi-turn SFT.
 #   bash examples/agent_calculator/warm_start.sh [work_dir] [extra SFT key=value overrides]
-# Env: SEED (0), SFT_STEPS (600), SFT_LR (2e-3), TOOL_FRACTION (0.4: share of demonstrations that call the tool).
+# Env: SEED (0), SFT_STEPS (400), SFT_LR (2e-3), TOOL_FRACTION (0.4: share of demonstrations that call the tool).
 # Writes <work_dir>/data/*.parquet, <work_dir>/model (random init) and <work_dir>/sft_ckpt/global_step_N/huggingface,
 # and links that HF folder as <work_dir>/warm_model (what run_cpu.sh loads).
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 work_dir=$(realpath -m "${1:-outputs/agent_calculator}")
 shift || true
 SEED=${SEED:-0}
-SFT_STEPS=${SFT_STEPS:-600}
+SFT_STEPS=${SFT_STEPS:-400}
 SFT_LR=${SFT_LR:-2e-3}
 TOOL_FRACTION=${TOOL_FRACTION:-0.4}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false

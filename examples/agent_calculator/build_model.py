@@ -95,7 +95,7 @@ def build_model(out_dir: str | Path, spec: TinyModelSpec) -> Path:
     return out
 
 
-# The demo's model: 4 layers of width 128 (head_dim 32, ~0.8M parameters), big enough to learn
+# The demo's model: 4 layers of width 128 (head_dim 32, ~0.64M parameters), big enough to learn
 # positional copying in a few hundred SFT steps on 2 CPU cores.
 DEMO_SPEC = replace(
     TinyModelSpec(),

@@ -25,7 +25,7 @@ Writes four parquet files into ``--local_dir``:
   scrambled; a tiny model cannot multiply, so a direct answer is almost always wrong). The warm model
   then calls the tool in about ``tool_fraction`` of its samples, which leaves GRPO room to raise it.
 
-The SFT questions and the RL questions are disjoint from the test questions (``test.parquet`` and
+The SFT, RL-training and test questions are three disjoint sets (``test.parquet`` and
 ``sft_val.parquet`` share the held-out pairs).
 """
 

@@ -35,7 +35,7 @@ from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, Ste
 from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, row_kv, stack_prefixes, trim_leading
 from hybridrl.workers.rollout.async_server.prefix_cache import CachedPrefix, ConversationPrefixCache
 from hybridrl.workers.rollout.async_server.request import TokenOutput
-from hybridrl.workers.rollout.decoding import prefill_distinct_rows, filter_logits
+from hybridrl.workers.rollout.decoding import filter_logits, prefill_distinct_rows
 from hybridrl.workers.rollout.hf_rollout import HFRollout, left_pad
 
 
@@ -69,11 +69,26 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
         if unseeded:  # one draw from the shared RNG for the whole group
             drawn = torch.multinomial(probs[unseeded], num_samples=1, generator=shared).squeeze(-1)
             tokens[[indices[j] for j in unseeded]] = drawn
-        for j, index in enumerate(indices):
-            own = rows[index].generator
-            if own is not None:  # a seeded request draws from its own RNG, alone
-                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=own)[0, 0]
+        seeded = [j for j, index in enumerate(indices) if rows[index].generator is not None]
+        if seeded:  # each seeded request draws its noise from its own RNG; one vectorised argmax for all
+            tokens[[indices[j] for j in seeded]] = _exponential_race(probs[seeded], [rows[indices[j]] for j in seeded])
     return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _exponential_race(probs: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+    """One sample per row of ``probs [s, V]``: ``argmax(probs / E)``, ``E ~ Exp(1)`` drawn from each row's generator.
+
+    This is how ``torch.multinomial(probs[i:i+1], 1, generator=g)`` samples on CPU: same tokens, same generator
+    stream (``V`` exponential draws per call), without one ``multinomial`` call per row.
+    """
+    vocab = probs.shape[-1]
+    noise = torch.stack(
+        [
+            torch.empty(vocab, dtype=probs.dtype, device=probs.device).exponential_(1, generator=r.generator)
+            for r in rows
+        ]
+    )
+    return (probs / noise).argmax(dim=-1)
 
 
 def _finish_reason(row: _Row) -> str | None:

@@ -9,8 +9,15 @@ import contextlib
 
 import pytest
 import torch
-from async_server_testlib import QUESTIONS, hf_engine, one_at_a_time_greedy_ids, prompt_ids, serving, spread_weights
-from async_server_testlib import top2_margin
+from async_server_testlib import (
+    QUESTIONS,
+    hf_engine,
+    one_at_a_time_greedy_ids,
+    prompt_ids,
+    serving,
+    spread_weights,
+    top2_margin,
+)
 
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest
 from hybridrl.workers.rollout.async_server.hf_batcher import HFBatcher

@@ -6,7 +6,8 @@
     server.stop()                                         # finishes the in-flight requests
 
 - hf (``HFRollout`` and ``HFGenerateRollout``): hybridrl's continuous batcher (``hf_batcher.py``) on the
-  engine's model, driven by one engine thread (``engine_loop.py``).
+  engine's model, driven by one engine thread (``engine_loop.py``), with conversation prefix caching
+  (``prefix_cache.py``: a conversation's next turn prefills only its new tokens; cleared on ``stop()``).
 - vllm: the in-process engine's own continuous batching (``vllm_engine.py``), same engine thread.
 - sglang: ``Engine.async_generate`` on a private event loop (``sglang_server.py``).
 

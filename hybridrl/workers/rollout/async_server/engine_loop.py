@@ -3,7 +3,8 @@
 Callers (any thread, or an asyncio loop through ``generate``) ``submit`` requests; they queue under a lock.
 The engine thread hands queued requests to a ``StepEngine`` and calls its ``step()`` while work exists,
 sleeping on a condition variable when idle. Each step returns the requests that finished; their futures are
-resolved from the engine thread. ``stop()`` lets in-flight and queued requests finish, then joins the thread.
+resolved from the engine thread. ``stop()`` lets in-flight and queued requests finish, joins the thread and
+clears the engine's cached state (``forget_cached_state``: weights may change before the next ``start()``).
 An exception raised by an engine step fails every pending future with that exception (nothing hangs); the
 engine is then reset and the loop keeps serving later requests. A request the engine refuses (``add`` raises,
 e.g. a prompt longer than the model allows) fails alone. A cancelled future (``generate``'s task cancelled)
@@ -63,6 +64,10 @@ class StepEngine(ABC):
     @abstractmethod
     def reset(self) -> list[ServerRequest]:
         """Drop every accepted request (after an error); return them so their futures can be failed."""
+
+    def forget_cached_state(self) -> None:  # noqa: B027 - optional hook, nothing to forget by default
+        """Drop what the engine keeps between requests (e.g. a prefix cache). ``stop()`` calls it once drained:
+        the worker stops the server before every sleep and weight sync, after which cached KV would be stale."""
 
 
 class AsyncRolloutServer(ABC):
@@ -125,6 +130,7 @@ class ThreadedStepServer(AsyncRolloutServer):
             self._wake.notify_all()
         if thread is not None:
             thread.join()
+        self.step_engine.forget_cached_state()  # the engine thread has exited: nothing else touches it
         with self._wake:
             self._thread = None
 

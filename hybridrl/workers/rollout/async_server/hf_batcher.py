@@ -8,10 +8,15 @@ State between steps (B running rows, T cache length, V vocabulary):
     logits          [B, V]  next-token logits of every row (ready to sample)
 
 One ``step()``: admit waiting requests into free slots (``rollout.max_num_seqs``) by prefilling them as one
-left-padded batch (at most ``rollout.max_num_batched_tokens`` padded prompt tokens, at least one request)
-and merging their cache into the running one; sample one token for every row; finished rows (an EOS id, or
-``max_tokens``) leave the batch; leading columns that became padding in every row are trimmed; one decode
-forward computes the next logits of the rows that remain.
+left-padded batch (at most ``rollout.max_num_batched_tokens`` padded prompt tokens to prefill, at least one
+request) and merging their cache into the running one; sample one token for every row; finished rows (an EOS
+id, or ``max_tokens``) leave the batch; leading columns that became padding in every row are trimmed; one
+decode forward computes the next logits of the rows that remain.
+
+Conversation prefix caching (``prefix_cache.py``): a finished row's KV is kept under its ``request_id``; an
+admitted request of the same conversation whose prompt extends the cached ids ("resumed") is prefilled apart
+from the others ("fresh"): the resumed rows feed only the last ``S`` tokens of their prompts (``S`` = the
+longest new suffix among them) on top of their cached KV, positions continuing, so every row stays left-padded.
 
 Sampling and log-probs follow ``decoding.sample_next_tokens`` row by row: greedy = argmax; log-probs are
 ``log_softmax(logits / T_lp)[token]`` of the unfiltered distribution. A request with a ``seed`` samples from
@@ -27,9 +32,10 @@ import torch
 
 from hybridrl.utils.padding import all_padding_columns
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, StepEngine
-from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, trim_leading
+from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, row_kv, stack_prefixes, trim_leading
+from hybridrl.workers.rollout.async_server.prefix_cache import CachedPrefix, ConversationPrefixCache
 from hybridrl.workers.rollout.async_server.request import TokenOutput
-from hybridrl.workers.rollout.decoding import prefill_distinct_rows, filter_logits
+from hybridrl.workers.rollout.decoding import filter_logits, prefill_distinct_rows
 from hybridrl.workers.rollout.hf_rollout import HFRollout, left_pad
 
 
@@ -63,11 +69,26 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
         if unseeded:  # one draw from the shared RNG for the whole group
             drawn = torch.multinomial(probs[unseeded], num_samples=1, generator=shared).squeeze(-1)
             tokens[[indices[j] for j in unseeded]] = drawn
-        for j, index in enumerate(indices):
-            own = rows[index].generator
-            if own is not None:  # a seeded request draws from its own RNG, alone
-                tokens[index] = torch.multinomial(probs[j : j + 1], num_samples=1, generator=own)[0, 0]
+        seeded = [j for j, index in enumerate(indices) if rows[index].generator is not None]
+        if seeded:  # each seeded request draws its noise from its own RNG; one vectorised argmax for all
+            tokens[[indices[j] for j in seeded]] = _exponential_race(probs[seeded], [rows[indices[j]] for j in seeded])
     return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _exponential_race(probs: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+    """One sample per row of ``probs [s, V]``: ``argmax(probs / E)``, ``E ~ Exp(1)`` drawn from each row's generator.
+
+    This is how ``torch.multinomial(probs[i:i+1], 1, generator=g)`` samples on CPU: same tokens, same generator
+    stream (``V`` exponential draws per call), without one ``multinomial`` call per row.
+    """
+    vocab = probs.shape[-1]
+    noise = torch.stack(
+        [
+            torch.empty(vocab, dtype=probs.dtype, device=probs.device).exponential_(1, generator=r.generator)
+            for r in rows
+        ]
+    )
+    return (probs / noise).argmax(dim=-1)
 
 
 def _finish_reason(row: _Row) -> str | None:
@@ -92,14 +113,24 @@ class HFBatcher(StepEngine):
         rollout: the hf engine (``model``, ``device``, ``generator`` for unseeded sampling, ``pad_token_id``).
         max_num_seqs: running-batch cap (``rollout.max_num_seqs``).
         max_prefill_tokens: padded prompt tokens one admission may prefill (``rollout.max_num_batched_tokens``).
+        prefix_cache: the conversation prefix cache (default: ``ConversationPrefixCache()`` with its documented
+            bounds; ``ConversationPrefixCache(0, 0)`` turns caching off).
     """
 
-    def __init__(self, rollout: HFRollout, *, max_num_seqs: int, max_prefill_tokens: int) -> None:
+    def __init__(
+        self,
+        rollout: HFRollout,
+        *,
+        max_num_seqs: int,
+        max_prefill_tokens: int,
+        prefix_cache: ConversationPrefixCache | None = None,
+    ) -> None:
         if max_num_seqs < 1:
             raise ValueError(f"actor_rollout_ref.rollout.max_num_seqs must be >= 1, got {max_num_seqs}")
         self.rollout = rollout
         self.max_num_seqs = int(max_num_seqs)
         self.max_prefill_tokens = int(max_prefill_tokens)
+        self.prefix_cache = prefix_cache if prefix_cache is not None else ConversationPrefixCache()
         self.waiting: deque[ServerRequest] = deque()
         self._clear()
 
@@ -130,7 +161,12 @@ class HFBatcher(StepEngine):
         dropped = [row.request for row in self.rows] + list(self.waiting)
         self.waiting.clear()
         self._clear()
+        self.prefix_cache.clear()
         return dropped
+
+    def forget_cached_state(self) -> None:
+        """Clear the prefix cache (the server calls this on ``stop()``: the weights may change before ``start()``)."""
+        self.prefix_cache.clear()
 
     @torch.no_grad()
     def step(self) -> list[tuple[ServerRequest, TokenOutput]]:
@@ -148,6 +184,7 @@ class HFBatcher(StepEngine):
                 keep.append(index)
             else:
                 finished.append((row.request, _output(row, reason)))
+                self._remember(index, row)
         if len(keep) < len(self.rows):
             self._select(keep)
         if self.rows:
@@ -166,12 +203,25 @@ class HFBatcher(StepEngine):
             if self.rows:
                 self.logits = self.logits[torch.tensor(keep, device=self.logits.device)]
 
+    def _remember(self, index: int, row: _Row) -> None:
+        """Keep finished row ``index``'s KV (prompt + all its tokens but the last) under its ``request_id``."""
+        if not self.prefix_cache.enabled:
+            return
+        covered = row.request.prompt_ids + row.token_ids[:-1]
+        layers = row_kv(self.cache, self.attention_mask, index)
+        if layers and layers[0][0].shape[-2] == len(covered):  # always; a mismatch would only lose the entry
+            self.prefix_cache.put(row.request.request_id, CachedPrefix(covered, layers))
+
+    def _prefill_length(self, request: ServerRequest) -> int:
+        """Prompt tokens ``request`` needs to prefill (all but those its conversation's cached KV covers)."""
+        return len(request.prompt_ids) - self.prefix_cache.peek_usable(request.request_id, request.prompt_ids)
+
     def _take_admissions(self) -> list[ServerRequest]:
         """Waiting requests that fit the free slots and the prefill token budget (FIFO; at least one)."""
         taken: list[ServerRequest] = []
         longest = 0
         while self.waiting and len(self.rows) + len(taken) < self.max_num_seqs:
-            longest_if_taken = max(longest, len(self.waiting[0].prompt_ids))
+            longest_if_taken = max(longest, self._prefill_length(self.waiting[0]))
             if taken and longest_if_taken * (len(taken) + 1) > self.max_prefill_tokens:
                 break
             taken.append(self.waiting.popleft())
@@ -179,29 +229,73 @@ class HFBatcher(StepEngine):
         return taken
 
     def _admit(self) -> None:
-        """Prefill the admitted requests ``[k, P]`` and append them to the running batch."""
-        from transformers import DynamicCache
-
+        """Prefill the admitted requests (fresh ones, then resumed ones) and append them to the running batch."""
         taken = self._take_admissions()
         if not taken:
             return
-        device = self.rollout.device
-        input_ids, mask = left_pad([r.prompt_ids for r in taken], self.rollout.pad_token_id, device)
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        fresh, resumed = [], []
+        for request in taken:
+            prefix, usable = self.prefix_cache.take(request.request_id, request.prompt_ids)
+            if prefix is None:
+                fresh.append(request)
+            else:
+                resumed.append((request, prefix, usable))
         try:
-            logits = prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+            groups = [self._prefill_fresh(fresh)] if fresh else []
+            if resumed:
+                groups.append(self._prefill_resumed(resumed))
         except BaseException:
             self.waiting.extendleft(reversed(taken))  # still ours: reset() returns them
             raise
-        rows = [_Row(request, self._generator(request)) for request in taken]
+        for requests, prefilled in groups:
+            self._append(requests, *prefilled)
+
+    def _prefill_fresh(self, requests: list[ServerRequest]):
+        """Full prefill of ``requests``' prompts ``[k, P]``: ``(requests, (cache, mask, next_pos, logits))``."""
+        from transformers import DynamicCache
+
+        input_ids, mask = left_pad([r.prompt_ids for r in requests], self.rollout.pad_token_id, self.rollout.device)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = prefill_distinct_rows(self.rollout.model, input_ids, mask, position_ids, cache)  # [k, V]
+        return requests, (cache, mask, position_ids[:, -1:] + 1, logits)
+
+    def _prefill_resumed(self, resumed: list[tuple[ServerRequest, CachedPrefix, int]]):
+        """Prefill only the new suffixes on top of the cached KV (see the module docstring).
+
+        Row ``i`` (prompt length ``n_i``, ``u_i`` cached tokens usable) reuses its first ``p_i = max(0, n_i - S)``
+        cached steps and feeds ``prompt[p_i:]`` left-padded to ``S = max(n_i - u_i)`` at positions ``p_i ...``.
+        """
+        requests = [request for request, _, _ in resumed]
+        lengths = [len(r.prompt_ids) for r in requests]
+        suffix = max(n - usable for n, (_, _, usable) in zip(lengths, resumed))
+        reused = [max(0, n - suffix) for n in lengths]
+        cache, past_mask = stack_prefixes([prefix.layers for _, prefix, _ in resumed], reused)  # [k, P]
+        device = past_mask.device
+        rows = [r.prompt_ids[p:] for r, p in zip(requests, reused)]
+        input_ids, new_mask = left_pad(rows, self.rollout.pad_token_id, device)  # [k, S]
+        start = torch.tensor(reused, device=device).unsqueeze(-1)  # [k, 1]
+        position_ids = start + (new_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([past_mask, new_mask], dim=-1)
+        logits = self.rollout.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+        return requests, (cache, mask, position_ids[:, -1:] + 1, logits)
+
+    def _append(self, requests: list[ServerRequest], cache, mask, next_pos, logits) -> None:
+        """Merge prefilled rows (cache, ``mask [k, T]``, ``next_pos [k, 1]``, ``logits [k, V]``) into the batch."""
         if not self.rows:
-            self.cache, self.attention_mask, self.next_pos, self.logits = cache, mask, position_ids[:, -1:] + 1, logits
+            self.cache, self.attention_mask, self.next_pos, self.logits = cache, mask, next_pos, logits
         else:
             self.cache, self.attention_mask = merge_rows(self.cache, self.attention_mask, cache, mask)
-            self.next_pos = torch.cat([self.next_pos, position_ids[:, -1:] + 1])
+            self.next_pos = torch.cat([self.next_pos, next_pos])
             self.logits = torch.cat([self.logits, logits])
-        self.rows.extend(rows)
+        self.rows.extend(_Row(request, self._generator(request)) for request in requests)
 
     def _generator(self, request: ServerRequest) -> torch.Generator | None:
         seed = request.params.seed

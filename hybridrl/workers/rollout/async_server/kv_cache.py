@@ -2,7 +2,8 @@
 
 Every layer holds ``keys/values [B, H, T, D]``; row ``b`` is left-padded: its real tokens are the last ones
 and ``attention_mask[b, :T]`` is 0 on the padding. Merging two caches pads the shorter one on the left of the
-time axis with zeros (masked out by a 0 in the attention mask) and stacks the rows.
+time axis with zeros (masked out by a 0 in the attention mask) and stacks the rows. ``row_kv`` copies one row's
+attended steps out (for the prefix cache) and ``stack_prefixes`` builds a left-padded cache from such copies.
 """
 
 from __future__ import annotations
@@ -65,3 +66,32 @@ def trim_leading(cache: object, mask: torch.Tensor, columns: int) -> torch.Tenso
         layer.keys = layer.keys[..., columns:, :]
         layer.values = layer.values[..., columns:, :]
     return mask[:, columns:]
+
+
+def row_kv(cache: object, mask: torch.Tensor, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Copies of row ``row``'s attended time steps (``mask[row] == 1``): ``[(keys, values) [H, L, D], ...]``."""
+    columns = mask[row].nonzero().squeeze(-1)  # [L]
+    return [
+        (layer.keys[row].index_select(-2, columns), layer.values[row].index_select(-2, columns))
+        for layer in _layers(cache)
+    ]
+
+
+def stack_prefixes(prefixes: list[list[tuple[torch.Tensor, torch.Tensor]]], lengths: list[int]):
+    """A left-padded ``DynamicCache`` of the first ``lengths[i]`` steps of each row's layers ``[(k, v) [H, L_i, D]]``.
+
+    Returns ``(cache, mask [k, max(lengths)])`` (cache layers ``[k, H, max(lengths), D]``; mask 0 on padding).
+    """
+    from transformers import DynamicCache
+
+    width = max(lengths)
+    layers = []
+    for layer in zip(*prefixes, strict=True):  # one model layer, every row
+        keys = [left_pad_time(k[:, :n], width) for (k, _), n in zip(layer, lengths)]
+        values = [left_pad_time(v[:, :n], width) for (_, v), n in zip(layer, lengths)]
+        layers.append((torch.stack(keys), torch.stack(values)))
+    device = layers[0][0].device
+    mask = torch.zeros(len(lengths), width, dtype=torch.long, device=device)
+    for i, n in enumerate(lengths):
+        mask[i, width - n :] = 1
+    return DynamicCache(ddp_cache_data=layers), mask

@@ -74,3 +74,22 @@ def spread_weights(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> t
             if param.dim() > 1:
                 param.copy_(torch.randn(param.shape, generator=generator) * std)
     return model
+
+
+def one_at_a_time_greedy_ids(engine: HFRollout, ids: list[int], max_tokens: int):
+    """``(token_ids, log_probs)`` of the prompt ``ids`` generated alone by ``engine.generate_sequences`` (greedy)."""
+    from hybridrl.protocol import DataProto
+
+    input_ids = torch.tensor([ids])
+    prompts = DataProto.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "position_ids": torch.arange(len(ids)).unsqueeze(0),
+        },
+        non_tensors={"uid": ["q0"]},
+        meta_info={"do_sample": False, "response_length": max_tokens},
+    )
+    out = engine.generate_sequences(prompts)
+    mask = out.batch["attention_mask"][0, -max_tokens:].bool()
+    return out.batch["responses"][0][mask].tolist(), out.batch["rollout_log_probs"][0][mask]

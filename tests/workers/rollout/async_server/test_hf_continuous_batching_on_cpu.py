@@ -229,3 +229,39 @@ def test_cancelling_a_generate_task_cancels_its_request(model, tokenizer):
 
     with serving(engine) as server:
         assert len(asyncio.run(cancel_one_then_generate(server)).token_ids) == 3
+
+
+def test_seeded_rows_sample_as_one_multinomial_call_per_row(model, tokenizer):
+    """The vectorised seeded draw equals ``torch.multinomial(probs[i:i+1], 1, generator=g_i)`` row by row, step
+    after step (same tokens, same generator streams), for a plain and a top-k group."""
+    from hybridrl.workers.rollout.async_server.hf_batcher import _Row, sample_rows
+    from hybridrl.workers.rollout.decoding import filter_logits
+
+    engine = hf_engine(model, tokenizer, response_length=8)
+    server_params = _resolver(engine)
+    options = [
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 5},
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 5},
+    ]
+    rows = [
+        _Row(
+            ServerRequest(f"r{i}", f"r{i}", [1], server_params({"max_tokens": 4, **o})),
+            torch.Generator().manual_seed(i),
+        )
+        for i, o in enumerate(options)
+    ]
+    references = [torch.Generator().manual_seed(i) for i in range(len(rows))]
+    logits = torch.randn(3, len(rows), 512, generator=torch.Generator().manual_seed(0))  # [steps, rows, V]
+    for step_logits in logits:
+        tokens, _ = sample_rows(step_logits, rows, torch.Generator())
+        expected = [
+            int(
+                torch.multinomial(
+                    filter_logits(row / o["temperature"], o.get("top_k", -1), 1.0).softmax(-1)[None], 1, generator=g
+                )
+            )
+            for row, o, g in zip(step_logits, options, references)
+        ]
+        assert tokens.tolist() == expected

@@ -28,7 +28,6 @@ import random
 import re
 
 MAX_MODEL_TURNS = 3
-MAX_TOKENS_PER_TURN = 64
 # the task's system prompt (examples/agent_calculator/prepare_data.py), for the standalone questions
 SYSTEM_PROMPT = (
     'Tool: <tool_call>{"name": "calculator", "arguments": {"expression": "..."}}</tool_call>. '
@@ -113,16 +112,19 @@ def score(answer: str | None, ground_truth) -> float:
     return 1.0 if answer is not None and int(answer) == int(str(ground_truth).strip()) else 0.0
 
 
-async def rollout(client, row: dict, model: str = "policy") -> float:
+async def rollout(client, row: dict, model: str = "policy", max_tokens: int | None = None) -> float:
     """Play ``row``'s question with ``client`` (an ``openai.AsyncOpenAI``); the reward, 1.0 or 0.0.
 
     Up to ``MAX_MODEL_TURNS`` model turns: each turn's tool calls are run locally and answered with tool messages;
-    a turn without tool calls is the final answer. Running out of turns (or of tokens) scores 0.
+    a turn without tool calls is the final answer. Running out of turns (or of tokens) scores 0. ``max_tokens``
+    None leaves each turn's length to the server (in training: what is left of ``rollout.response_length``; a
+    larger explicit value is refused with a 400 there).
     """
     messages = [dict(message) for message in row["raw_prompt"]]
+    limits = {} if max_tokens is None else {"max_tokens": max_tokens}
     for _ in range(MAX_MODEL_TURNS):
         response = await client.chat.completions.create(
-            model=model, messages=messages, tools=[CALCULATOR_TOOL], max_tokens=MAX_TOKENS_PER_TURN
+            model=model, messages=messages, tools=[CALCULATOR_TOOL], **limits
         )
         choice = response.choices[0]
         message = choice.message
@@ -145,7 +147,8 @@ def question_row(a: int, b: int) -> dict:
     return {"raw_prompt": prompt, "reward_model": {"style": "rule", "ground_truth": str(a * b)}}
 
 
-async def play(base_url: str, api_key: str, model: str, questions: int, seed: int) -> float:
+async def play(base_url: str, api_key: str, model: str | None, questions: int, seed: int,
+               max_tokens: int | None = 64) -> float:
     """Play ``questions`` random questions against ``base_url``; prints each reward, returns the mean."""
     import openai
 
@@ -154,7 +157,7 @@ async def play(base_url: str, api_key: str, model: str, questions: int, seed: in
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key) as client:
         if model is None:
             model = (await client.models.list()).data[0].id
-        rewards = await asyncio.gather(*(rollout(client, row, model=model) for row in rows))
+        rewards = await asyncio.gather(*(rollout(client, row, model=model, max_tokens=max_tokens) for row in rows))
     for row, reward in zip(rows, rewards):
         print(f"{row['raw_prompt'][-1]['content']:<22} reward {reward:.0f}")
     mean = sum(rewards) / len(rewards)
@@ -169,8 +172,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=None, help="model id (default: the server's first)")
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max_tokens", type=int, default=64, help="per model turn")
     args = parser.parse_args(argv)
-    asyncio.run(play(args.base_url, args.api_key, args.model, args.questions, args.seed))
+    asyncio.run(play(args.base_url, args.api_key, args.model, args.questions, args.seed, args.max_tokens))
 
 
 if __name__ == "__main__":

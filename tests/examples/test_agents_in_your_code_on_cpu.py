@@ -147,6 +147,13 @@ def test_right_and_wrong_answers_are_scored(tokenizer, tiny_model_dir, replies, 
     assert got == reward and len(records) == calls == len(servers.calls)
 
 
+def test_the_agent_leaves_each_turns_length_to_the_training_endpoint(tokenizer, tiny_model_dir):
+    """A short rollout.response_length (the smoke test's 48) bounds max_tokens there: the agent asks for none."""
+    config = _config(tiny_model_dir, "actor_rollout_ref.rollout.response_length=48")
+    reward, records, _, servers = _play(config, tokenizer, ["#### 287663"], _row())
+    assert reward == 1.0 and servers.calls[0][2]["max_tokens"] == 48
+
+
 def test_a_bad_tool_call_gets_an_error_result_and_the_conversation_goes_on(tokenizer, tiny_model_dir):
     bad_call = '<tool_call>{"name": "calculator", "arguments": {"expression": "open(1)"}}</tool_call>'
     reward, records, _, _ = _play(_config(tiny_model_dir), tokenizer, [bad_call, "#### 287663"], _row())

@@ -190,3 +190,34 @@ def test_the_tool_schema_matches_the_calculator_task_tool_yaml():
 
     tools = yaml.safe_load((ROOT / "examples" / "agent_calculator" / "tool_config.yaml").read_text())["tools"]
     assert json.dumps(agent.CALCULATOR_TOOL, sort_keys=True) == json.dumps(tools[0]["tool_schema"], sort_keys=True)
+
+
+def _main_ppo_overrides(script: Path) -> list[str]:
+    """The ``key=value`` words of the script's ``main_ppo`` command, shell variables filled in."""
+    import re
+    import shlex
+
+    text = re.sub(r"\\\n", " ", script.read_text())
+    command = next(line for line in text.splitlines() if "hybridrl.trainer.main_ppo" in line)
+    values = {"DATA": "/data/agents_in_your_code", "MODEL": "/models/Qwen2.5-0.5B-Instruct", "HERE": str(EXAMPLE)}
+    command = re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), "1"), command)
+    words = shlex.split(command)
+    return [w for w in words[words.index("hybridrl.trainer.main_ppo") + 1 :] if "=" in w]
+
+
+def test_gpu_script_overrides_are_keys_of_the_config_tree():
+    import os
+    import subprocess
+
+    import yaml
+
+    overrides = _main_ppo_overrides(EXAMPLE / "run_gpu.sh")
+    args = dict(o.split("=", 1) for o in overrides)
+    assert args["actor_rollout_ref.rollout.name"] == "vllm" and args["actor_rollout_ref.rollout.mode"] == "async"
+    assert args["data.return_raw_chat"] == "True"
+    proc = subprocess.run([sys.executable, "-m", "hybridrl.trainer.main_ppo", *overrides, "--cfg", "job"],
+                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    function = yaml.safe_load(proc.stdout)["actor_rollout_ref"]["rollout"]["agent"]["custom_rollout_function"]
+    assert function["path"] == str(AGENT_FILE) and function["name"] == "rollout"

@@ -221,3 +221,53 @@ def test_gpu_script_overrides_are_keys_of_the_config_tree():
     assert proc.returncode == 0, proc.stderr[-3000:]
     function = yaml.safe_load(proc.stdout)["actor_rollout_ref"]["rollout"]["agent"]["custom_rollout_function"]
     assert function["path"] == str(AGENT_FILE) and function["name"] == "rollout"
+
+
+# ----------------------------------------------------------------------------- standalone serving (no continuation)
+
+
+@pytest.fixture(scope="module")
+def tools_tokenizer(tiny_model_dir, tmp_path_factory):
+    """The tiny model with the example's tool-rendering template (tool_template.py)."""
+    from transformers import AutoTokenizer
+
+    template = _load(EXAMPLE / "tool_template.py", "agents_in_your_code_tool_template")
+    out = template.with_tool_template(tiny_model_dir, tmp_path_factory.mktemp("tools_model"))
+    return AutoTokenizer.from_pretrained(out)
+
+
+def test_the_tool_template_renders_the_sft_demonstrations_as_the_tiny_template_does(tokenizer, tools_tokenizer):
+    prepare = _load(ROOT / "examples" / "agent_calculator" / "prepare_data.py", "agent_calculator_prepare_data")
+    sft = prepare.sft_conversation(347, 829, use_tool=True, rng=None)
+    assert sft[2]["content"] == CALL_TEXT
+    structured = [*sft[:2], {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "calculator", "arguments": {"expression": "347*829"}}}]}, *sft[3:]]
+    as_sft = tokenizer.apply_chat_template(sft, tokenize=False)
+    assert tools_tokenizer.apply_chat_template(structured, tokenize=False) == as_sft
+    assert tools_tokenizer.apply_chat_template(sft, tokenize=False) == as_sft
+
+
+def test_rollout_against_a_served_model_rerenders_the_tool_call_it_replays(tools_tokenizer):
+    """``python -m hybridrl.serve``'s app (build_openai_app, prompts rendered from the messages' text)."""
+    from hybridrl.serving import ServeLimits, build_openai_app
+
+    servers = ScriptedServers(tools_tokenizer, [CALL_TEXT, "#### 287663"])
+    limits = ServeLimits(max_tokens=128, max_prompt_tokens=1000, max_request_bytes=20_000, max_n=4)
+    app = build_openai_app(servers.generate, tools_tokenizer, model_name="calc", limits=limits)
+
+    async def main():
+        import httpx
+        import openai
+
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve.test") as http_client:
+            client = openai.AsyncOpenAI(base_url="http://serve.test/v1", api_key="x", http_client=http_client,
+                                        max_retries=0)
+            return await agent.rollout(client, _row(), model="calc", max_tokens=64)
+
+    assert asyncio.run(main()) == 1.0
+    first, second = servers.calls[0][1], servers.calls[1][1]
+    assert tools_tokenizer.decode(second) == tools_tokenizer.decode(first) + CALL_TEXT + (
+        "<|im_end|>\n<|im_start|>tool\n287663<|im_end|>\n<|im_start|>assistant\n")
+    assert servers.calls[0][2]["max_tokens"] == 64

@@ -37,7 +37,6 @@ from typing import Any, TypeVar
 import torch
 
 from hybridrl.algos.params import PolicyLossParams, policy_loss_params
-from hybridrl.algos.rollout_correction import RolloutCorrectionParams, bypass_policy_loss
 from hybridrl.algos.policy_losses import (
     Metrics,
     cispo_loss,
@@ -48,6 +47,7 @@ from hybridrl.algos.policy_losses import (
     kl_cov_loss,
     ppo_clip_loss,
 )
+from hybridrl.algos.rollout_correction import RolloutCorrectionParams, bypass_policy_loss
 
 __all__ = [
     "BUILTIN_LOSS_MODES",

@@ -119,7 +119,7 @@ def compute_rollout_is_weights(
         ``(weights [B, T]`` (0 on padding), ``metrics`` without the ``rollout_corr/`` prefix).
     """
     raw, log_for_metrics = _raw_weights(log_ratio, response_mask, level)
-    if threshold.is_icepop:  # IcePop: weights outside [lower, upper] are zeroed
+    if threshold.lower is not None:  # IcePop: weights outside [lower, upper] are zeroed
         kept = (raw >= threshold.lower) & (raw <= threshold.upper)
         weights = torch.where(kept, raw, torch.zeros_like(raw))
     else:  # TIS: w = min(ρ, upper)
@@ -185,7 +185,7 @@ def compute_is_metrics(
     normalized = bounded / (bounded_mean + _ESS_EPS)
     metrics["rollout_is_eff_sample_size"] = 1.0 / verl_F.masked_mean(normalized.square(), response_mask).item()
     metrics.update(_sequence_is_metrics(weights, raw_weights, response_mask, threshold.upper, lower))
-    if threshold.is_icepop:
+    if threshold.lower is not None:  # IcePop
         outside = (raw_weights < threshold.lower) | (raw_weights > threshold.upper)
         metrics["rollout_is_oob_ratio"] = verl_F.masked_mean(outside.float(), response_mask).item()
     return metrics

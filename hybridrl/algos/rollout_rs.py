@@ -132,7 +132,7 @@ def _option_metrics(
     values = stat[seq_valid] if stat.dim() == 1 else stat[response_mask.bool()]
     high = (values > option.upper).float().mean().item()
     low = (values < option.lower).float().mean().item() if option.lower is not None else 0.0
-    token_keep = keep.expand_as(response_mask) if keep.dim() == 2 else keep.unsqueeze(-1).expand_as(response_mask)
+    token_keep = keep if keep.dim() == 2 else keep.unsqueeze(-1).expand_as(response_mask)
     rejected_in_seq = (~token_keep & response_mask.bool()).any(dim=-1)
     return {
         f"{prefix}_mean": verl_F.masked_mean(per_token, response_mask).item(),

@@ -20,7 +20,10 @@ def check_rollout_correction(config: DictConfig) -> list[ConfigProblem]:
     section = get(config, SECTION)
     if section is None:
         return []
-    values = OmegaConf.to_container(section, resolve=True)
+    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else None
+    if not isinstance(values, dict):
+        return [ConfigProblem(SECTION, f"must be a section of keys, got {section!r}.",
+                              "remove the override, or set its keys (rollout_is, rollout_rs, ...).")]
     problems: list[ConfigProblem] = []
     try:
         params = rollout_correction_params(values)

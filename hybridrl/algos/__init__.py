@@ -8,7 +8,7 @@ registries and verl's config-taking signatures, is ``hybridrl.trainer.ppo.core_a
 
 Modules, by concept:
     advantages         advantage estimators (GAE, GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, pass@k)
-    policy_losses      policy-gradient losses: PPO clip, GSPO, GPG, Clip-Cov, KL-Cov, GMPO, CISPO
+    policy_losses      policy-gradient losses: PPO clip, GSPO, GPG, Clip-Cov, KL-Cov, GMPO, CISPO, REINFORCE
     policy_loss_modes  ``loss_mode`` → the bound pure loss; the verl-signature registry object; the
                        adapter for user-registered verl-style losses
     params             the config boundary: ``PolicyLossParams``, read once from the actor section
@@ -16,4 +16,7 @@ Modules, by concept:
     kl                 KL estimators (k1, k2, k3, abs, straight-through) and KL-coefficient controllers
     value_loss         the critic's clipped value loss
     dpo_losses         DPO-family preference losses (sigmoid/cDPO, IPO, hinge)
+    rollout_is         rollout correction: truncated / masked importance weights π_train / π_rollout
+    rollout_rs         rollout correction: rejection sampling on k1/k2/k3 divergences (token, sequence)
+    rollout_correction both + off-policy metrics (``rollout_corr/*``), parsed params, bypass-mode loss
 """

@@ -2,8 +2,13 @@
 
 Two kinds of policy loss reach the actor, and both come out as one callable::
 
-    loss_fn(old_log_prob [B, T], log_prob [B, T], advantages [B, T], response_mask [B, T])
+    loss_fn(old_log_prob [B, T], log_prob [B, T], advantages [B, T], response_mask [B, T],
+            rollout_is_weights=None | [B, T])
         -> (loss [], metrics {"actor/pg_clipfrac": [], "actor/ppo_kl": [], "actor/pg_clipfrac_lower": []})
+
+``rollout_is_weights`` (rollout correction, decoupled mode) is passed only when the batch carries them; a
+user loss gets them only if its signature takes ``rollout_is_weights`` (verl 0.9's), else the call fails
+with a clear error. Bypass mode replaces the loss: :func:`bind_bypass_loss`.
 
 * a built-in mode (``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``):
   :func:`bind_policy_loss` returns the pure function of ``policy_losses`` with its hyper-parameters
@@ -25,6 +30,7 @@ is seen by core_algos' getters, not by an actor built afterwards.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -41,6 +47,7 @@ from hybridrl.algos.policy_losses import (
     kl_cov_loss,
     ppo_clip_loss,
 )
+from hybridrl.algos.rollout_correction import RolloutCorrectionParams, bypass_policy_loss
 
 __all__ = [
     "BUILTIN_LOSS_MODES",
@@ -49,13 +56,15 @@ __all__ = [
     "VerlLossTuple",
     "VerlPolicyLossFn",
     "as_verl_tuple",
+    "bind_bypass_loss",
     "bind_policy_loss",
     "call_verl_style_loss",
     "mark_builtin_adapter",
     "resolve_policy_loss",
 ]
 
-BoundPolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Metrics]]
+# fn(old_log_prob, log_prob, advantages, response_mask, *, rollout_is_weights=None) -> (loss, metrics)
+BoundPolicyLoss = Callable[..., tuple[torch.Tensor, Metrics]]
 # fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
 #   -> (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)      (verl v0.5.0's contract)
 VerlPolicyLossFn = Callable[..., Any]
@@ -101,6 +110,25 @@ def bind_policy_loss(loss_mode: str, params: PolicyLossParams) -> BoundPolicyLos
     return functools.partial(loss_fn, **hyper)
 
 
+def bind_bypass_loss(correction: RolloutCorrectionParams, params: PolicyLossParams) -> BoundPolicyLoss:
+    """Bypass mode's loss (``algorithm.rollout_correction.bypass_mode``): PPO clip or REINFORCE by
+    ``correction.loss_type``, with the correction computed per call; replaces ``policy_loss.loss_mode`` (verl).
+
+    Raises:
+        ValueError: ``loss_type=ppo_clip`` without clip ratios.
+    """
+    if correction.loss_type == "ppo_clip" and (params.clip_ratio_low is None or params.clip_ratio_high is None):
+        raise ValueError("bypass_mode with loss_type=ppo_clip needs actor_rollout_ref.actor.clip_ratio.")
+    hyper = {
+        field: getattr(params, field)
+        for field in (*_CLIP, "clip_ratio_c", *_AGG)
+        if getattr(params, field) is not None
+    }
+    hyper.setdefault("clip_ratio_low", 0.0)  # unused by reinforce; keeps one signature
+    hyper.setdefault("clip_ratio_high", 0.0)
+    return functools.partial(bypass_policy_loss, params=correction, **hyper)
+
+
 def as_verl_tuple(loss: torch.Tensor, metrics: Metrics) -> VerlLossTuple:
     """``(loss, metrics)`` → verl 0.5's ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
     return loss, metrics["actor/pg_clipfrac"], metrics["actor/ppo_kl"], metrics["actor/pg_clipfrac_lower"]
@@ -114,13 +142,26 @@ def call_verl_style_loss(
     response_mask: torch.Tensor,
     loss_agg_mode: str,
     config: Any,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Call a verl-signature loss and return ``(loss, metrics)``.
 
     verl 0.5 losses return ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``; later verl returns
     ``(pg_loss, metrics_dict)``, whose keys are kept as they are. Metrics are detached.
+
+    Raises:
+        ValueError: ``rollout_is_weights`` given to a loss whose signature does not take them.
     """
-    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+    extra = {}
+    if rollout_is_weights is not None:
+        if "rollout_is_weights" not in inspect.signature(loss_fn).parameters:
+            raise ValueError(
+                f"policy loss {getattr(loss_fn, '__name__', loss_fn)!r} takes no rollout_is_weights, but "
+                "algorithm.rollout_correction.rollout_is is set: add a `rollout_is_weights=None` parameter "
+                "(verl 0.9's signature) or set algorithm.rollout_correction.rollout_is=null."
+            )
+        extra["rollout_is_weights"] = rollout_is_weights
+    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, **extra)
     if len(result) == 2 and isinstance(result[1], dict):
         loss, raw = result
         return loss, {key: torch.as_tensor(value).detach() for key, value in raw.items()}

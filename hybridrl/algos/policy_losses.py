@@ -18,8 +18,15 @@ Papers → deviation from the paper:
                    of A; plain mean over sequences (``loss_agg_mode`` ignored), as verl.
     cispo_loss     MiniMax-M1, arXiv 2506.13585 → clipped ratio as a stop-gradient weight on A·log π.
 
-Not ported (later verl only): the global-batch ``agg_loss`` arguments (dp_size, batch_num_tokens),
-``rollout_is_weights``, and the optimal-token-baseline / GDPO / SAPO / DPPO families.
+    reinforce_loss REINFORCE (Williams 1992) → L = −A log π, optionally × the rollout IS weight (verl 0.9's
+                   bypass-mode ``loss_type=reinforce``).
+
+Rollout correction (verl 0.9, ``hybridrl.algos.rollout_correction``): every loss takes ``rollout_is_weights``
+``[B, T]`` (or None) and multiplies its per-token loss by it before aggregation; GMPO, whose loss is per
+sequence, multiplies by each sequence's geometric-mean weight. None leaves the loss bit-for-bit unchanged.
+
+Not ported (later verl only): the global-batch ``agg_loss`` arguments (dp_size, batch_num_tokens) and the
+optimal-token-baseline / GDPO / SAPO / DPPO families.
 
 Notation:
     B: batch size, T: response length; all tensors below are ``[B, T]`` unless stated.
@@ -46,6 +53,7 @@ __all__ = [
     "gspo_loss",
     "kl_cov_loss",
     "ppo_clip_loss",
+    "reinforce_loss",
 ]
 
 # log ρ is clamped to ±20 before exp (vanilla PPO, CISPO): e^20 ≈ 4.9e8 is finite in fp32, while an
@@ -56,6 +64,8 @@ LOG_RATIO_CLAMP = 20.0
 GSPO_MAX_LOG_RATIO = 10.0
 # GMPO divides by the sequence length plus this, so an empty sequence gives 0 rather than NaN (verl).
 GEO_MEAN_LENGTH_EPS = 1e-8
+# ... and takes log(w + this) of the rollout IS weights, so a zeroed (IcePop) weight gives ~0, not −inf (verl).
+GEO_MEAN_WEIGHT_EPS = 1e-10
 
 Metrics = dict[str, torch.Tensor]
 
@@ -72,6 +82,11 @@ def _zero(like: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=like.dtype, device=like.device)
 
 
+def _weighted(per_token: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """ℓ · w (rollout correction's IS weight, detached); ℓ itself when there are no weights."""
+    return per_token if rollout_is_weights is None else per_token * rollout_is_weights
+
+
 def ppo_clip_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -82,6 +97,7 @@ def ppo_clip_loss(
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """PPO clipped surrogate with asymmetric clip (DAPO clip-higher) and dual clip.
 
@@ -103,7 +119,7 @@ def ppo_clip_loss(
     loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
     loss_dual_bound = -advantages * clip_ratio_c
     loss_dual = torch.min(loss_dual_bound, loss_ppo)
-    per_token = torch.where(advantages < 0, loss_dual, loss_ppo)
+    per_token = _weighted(torch.where(advantages < 0, loss_dual, loss_ppo), rollout_is_weights)
     loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
     with torch.no_grad():
         ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
@@ -120,6 +136,7 @@ def gspo_loss(
     response_mask: torch.Tensor,
     clip_ratio_low: float,
     clip_ratio_high: float,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GSPO (Zheng et al. 2025, arXiv 2507.18071): sequence-level ratio, token-level gradient.
 
@@ -137,7 +154,7 @@ def gspo_loss(
     seq_ratio = torch.exp(torch.clamp(token_log_ratio, max=GSPO_MAX_LOG_RATIO))
     loss_unclipped = -advantages * seq_ratio
     loss_clipped = -advantages * torch.clamp(seq_ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
-    per_token = torch.maximum(loss_unclipped, loss_clipped)
+    per_token = _weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights)
     loss = agg_loss(per_token, response_mask, "seq-mean-token-mean")
     with torch.no_grad():
         clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
@@ -152,6 +169,7 @@ def gpg_loss(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GPG (Chu et al. 2025, arXiv 2504.02546): plain policy gradient, L = −A log π (no ratio, no clip).
 
@@ -160,7 +178,8 @@ def gpg_loss(
     Returns:
         loss ``[]``; metrics all 0 (verl reports zeros).
     """
-    loss = agg_loss(-log_prob * advantages, response_mask, loss_agg_mode, loss_scale_factor)
+    per_token = _weighted(-log_prob * advantages, rollout_is_weights)
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
     return loss, _metrics(_zero(loss), _zero(loss), _zero(loss))
 
 
@@ -173,6 +192,7 @@ def cispo_loss(
     clip_ratio_high: float,
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """CISPO (MiniMax-M1, arXiv 2506.13585): clipped importance weight, gradient through log π only.
 
@@ -184,7 +204,7 @@ def cispo_loss(
     log_ratio = torch.clamp(log_prob - old_log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     clipped_ratio = torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
-    per_token = -clipped_ratio.detach() * advantages * log_prob
+    per_token = _weighted(-clipped_ratio.detach() * advantages * log_prob, rollout_is_weights)
     loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
     with torch.no_grad():
         clipfrac = verl_F.masked_mean((ratio != clipped_ratio).float(), response_mask)
@@ -199,6 +219,7 @@ def geo_mean_loss(
     response_mask: torch.Tensor,
     clip_ratio_low: float,
     clip_ratio_high: float,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GMPO (Zhao et al. 2025, arXiv 2507.20673): geometric mean of token ratios per sequence.
 
@@ -218,7 +239,11 @@ def geo_mean_loss(
     lengths = response_mask.sum(dim=-1)
     seq_ratio = torch.exp((pessimistic * response_mask).sum(dim=-1) / (lengths + GEO_MEAN_LENGTH_EPS))
     seq_advantage = (advantages * response_mask).sum(dim=-1) / (lengths + GEO_MEAN_LENGTH_EPS)
-    loss = torch.mean(-seq_advantage * seq_ratio)
+    seq_loss = -seq_advantage * seq_ratio  # [B]
+    if rollout_is_weights is not None:  # the sequence's geometric-mean weight: exp(Σ_t m log w / n) (verl)
+        log_weights = torch.log(rollout_is_weights + GEO_MEAN_WEIGHT_EPS) * response_mask
+        seq_loss = seq_loss * torch.exp(log_weights.sum(dim=-1) / (lengths + GEO_MEAN_LENGTH_EPS))
+    loss = torch.mean(seq_loss)
     with torch.no_grad():
         clipped = torch.ne(log_ratio, log_ratio_clipped)
         ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
@@ -247,6 +272,7 @@ def clip_cov_loss(
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
     generator: torch.Generator | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Clip-Cov (Cui et al. 2025, arXiv 2505.22617): PPO-clip, plus a random few high-covariance
     tokens get no gradient.
@@ -275,7 +301,7 @@ def clip_cov_loss(
         keep = torch.ones(advantages.numel(), dtype=advantages.dtype, device=advantages.device)
         keep[chosen] = 0
         keep = keep.view_as(advantages)
-    per_token = torch.maximum(loss_unclipped, loss_clipped) * keep
+    per_token = _weighted(torch.maximum(loss_unclipped, loss_clipped) * keep, rollout_is_weights)
     loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
     with torch.no_grad():
         clipfrac = verl_F.masked_mean((keep == 0).float(), response_mask)
@@ -292,6 +318,7 @@ def kl_cov_loss(
     ppo_kl_coef: float = 1.0,
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """KL-Cov (Cui et al. 2025, arXiv 2505.22617): unclipped −A ρ, with a |log ρ| penalty on the
     top-k covariance tokens.
@@ -320,8 +347,31 @@ def kl_cov_loss(
             top_k = max(1, int(valid_flat.numel() * kl_cov_ratio))
             selected[valid_flat[torch.topk(cov, top_k, largest=True).indices]] = True
         selected = selected.view_as(advantages)
-    per_token = torch.where(selected, loss_penalised, loss_plain)
+    per_token = _weighted(torch.where(selected, loss_penalised, loss_plain), rollout_is_weights)
     loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
     with torch.no_grad():
         ppo_kl_abs = verl_F.masked_mean(log_ratio.abs(), response_mask)
     return loss, _metrics(_zero(loss), ppo_kl_abs, _zero(loss))
+
+
+def reinforce_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """REINFORCE with an optional rollout IS weight: L = −w · A · log π   (w = 1 without weights).
+
+    verl 0.9's bypass-mode ``loss_type=reinforce``: no ratio, no clipping; ``old_log_prob`` is the rollout's.
+
+    Returns:
+        loss ``[]``; metrics: ppo_kl = mean_m(log π_old − log π) (verl reports only this one).
+    """
+    per_token = _weighted(-advantages * log_prob, rollout_is_weights)
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
+    with torch.no_grad():
+        ppo_kl = verl_F.masked_mean(old_log_prob - log_prob, response_mask)
+    return loss, {"actor/ppo_kl": ppo_kl.detach()}

@@ -10,12 +10,14 @@ Batch keys each stage adds (B = samples, P = prompt length, R = response length)
     generate        uid; prompts [B,P], responses [B,R], input_ids/attention_mask/position_ids [B,P+R]
                     (+ rollout_log_probs [B,R]); response_mask [B,R]; ReMax: reward_baselines [B]
     reward          token_level_scores [B,R] (+ rm_scores from a reward model; reward extras per row)
-    old_log_prob    old_log_probs [B,R]   (entropy only as the metric actor/entropy)
+    old_log_prob    old_log_probs [B,R]   (entropy only as the metric actor/entropy; rollout-correction bypass
+                    mode: the rollout_log_probs, no forward)
     ref_log_prob    ref_log_prob [B,R]
     values          values [B,R]
-    advantage       token_level_rewards, advantages, returns [B,R]
+    advantage       token_level_rewards, advantages, returns [B,R]; rollout correction (decoupled, after the
+                    KL penalty as verl): rollout_is_weights [B,R], response_mask with rejected tokens zeroed
     update_critic   (metrics only)
-    update_actor    (metrics only)
+    update_actor    (metrics only; bypass mode: meta_info["rollout_correction"] tells the actor)
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ import numpy as np
 import torch
 
 from hybridrl.algos.kl import KLController
+from hybridrl.algos.rollout_correction import (
+    RolloutCorrectionParams,
+    compute_rollout_correction,
+    rollout_correction_params,
+)
 from hybridrl.protocol import DataProto
 from hybridrl.protocol.keys import ROLLOUT_ROW_KEY
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
@@ -42,8 +49,8 @@ from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_
 
 __all__ = [
     "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "generate",
-    "old_log_prob", "ref_log_prob", "remax_baseline", "reward", "timed", "update_actor", "update_critic", "values",
-    "align_rows", "with_row_columns",
+    "align_rows", "old_log_prob", "ref_log_prob", "remax_baseline", "reward", "rollout_correction", "timed",
+    "update_actor", "update_critic", "values", "with_row_columns",
 ]
 
 Metrics = dict[str, Any]
@@ -98,6 +105,7 @@ class StepSettings:
     rollout_probs_diff_max_bound: float | None  # trainer.rollout_probs_diff_max_bound
     algorithm: Any  # the algorithm section: estimator, gamma, lam, in-reward KL, estimator options
     data_seed: int  # data.seed
+    rollout_correction: RolloutCorrectionParams  # algorithm.rollout_correction, parsed
 
     @classmethod
     def from_config(cls, config: Any, tokenizer: Any) -> StepSettings:
@@ -110,6 +118,7 @@ class StepSettings:
             recompute_old_log_prob=actor.recompute_old_log_prob, loss_agg_mode=actor.loss_agg_mode,
             rollout_probs_diff_max_bound=config.trainer.rollout_probs_diff_max_bound,
             algorithm=config.algorithm, data_seed=int(config.data.seed),
+            rollout_correction=rollout_correction_params(config.algorithm.rollout_correction),
         )
 
 
@@ -218,7 +227,10 @@ def reward(batch: DataProto, reward_fn: Any, rm: Any = None) -> tuple[DataProto,
 
 # ---------------------------------------------------------------------------- log-probs and values
 def old_log_prob(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
-    """The actor's log-probs of the sampled responses (skipped for a purely on-policy update, config-checked)."""
+    """The actor's log-probs of the sampled responses (skipped for a purely on-policy update, config-checked;
+    rollout-correction bypass mode: the rollout's log-probs serve as the old ones)."""
+    if settings.rollout_correction.bypass_mode:
+        return _rollout_log_probs_as_old(batch), {}
     if not settings.recompute_old_log_prob:
         return batch, {}  # the actor uses its current log-probs, detached
     batch, metrics = _copy(batch), {}
@@ -234,6 +246,18 @@ def old_log_prob(batch: DataProto, actor_rollout: Any, settings: StepSettings) -
     if "rollout_log_probs" in batch.batch.keys():
         metrics.update(_rollout_consistency_metrics(batch, settings.rollout_probs_diff_max_bound))
     return batch, metrics
+
+
+def _rollout_log_probs_as_old(batch: DataProto) -> DataProto:
+    """Bypass mode (verl 0.9): ``old_log_probs = rollout_log_probs``, no forward."""
+    if "rollout_log_probs" not in batch.batch.keys():
+        raise KeyError(
+            "algorithm.rollout_correction.bypass_mode=True needs rollout_log_probs in the batch: set "
+            "actor_rollout_ref.rollout.calculate_log_probs=True"
+        )
+    batch = _copy(batch)
+    batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+    return batch
 
 
 def _rollout_consistency_metrics(batch: DataProto, bound: float | None) -> Metrics:
@@ -278,6 +302,8 @@ def advantage(
             metrics.update(kl_metrics)
         else:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        batch, correction_metrics = rollout_correction(batch, settings.rollout_correction)
+        metrics.update(correction_metrics)
         # PF-PPO resamples rows: draw from a stream fixed by (data.seed, step), so runs and resumes repeat
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(settings.data_seed * _SEED_STRIDE + global_steps)
@@ -286,6 +312,31 @@ def advantage(
                 num_repeat=settings.rollout_n, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, config=algo,
             )
     return batch, metrics
+
+
+def rollout_correction(batch: DataProto, params: RolloutCorrectionParams) -> tuple[DataProto, Metrics]:
+    """Decoupled rollout correction (verl 0.9), from ``old_log_probs`` vs ``rollout_log_probs``.
+
+    With a mode on: ``rollout_is_weights`` (when ``rollout_is``) and the rejection-reduced ``response_mask``
+    (when ``rollout_rs``). With the modes off: only the ``rollout_corr/*`` metrics, the batch unchanged. Nothing
+    without rollout log-probs, in bypass mode (the actor corrects per micro-batch) or without old log-probs.
+    """
+    keys = batch.batch.keys()
+    if params.bypass_mode or "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+        return batch, {}
+    response_mask = batch.batch["response_mask"]
+    if not params.corrects and not response_mask.any():
+        return batch, {}
+    correction = compute_rollout_correction(
+        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], response_mask, params
+    )
+    if not params.corrects:
+        return batch, correction.metrics
+    batch = _copy(batch)
+    batch.batch["response_mask"] = correction.response_mask
+    if correction.weights is not None:
+        batch.batch["rollout_is_weights"] = correction.weights
+    return batch, correction.metrics
 
 
 # ---------------------------------------------------------------------------- updates
@@ -301,7 +352,11 @@ def update_critic(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
 def update_actor(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
     """One actor (PPO) update on the batch, at the rollout temperature; returns the batch and the metrics."""
     metrics: Metrics = {}
+    sent = batch
+    if settings.rollout_correction.bypass_mode:  # the actor computes the correction per micro-batch
+        sent = _copy(batch)
+        sent.meta_info["rollout_correction"] = settings.rollout_correction
     with timed("update_actor", metrics):  # the actor divides logits by the temperature it was built with
-        output = actor_rollout.update_actor(batch)
+        output = actor_rollout.update_actor(sent)
     metrics.update(reduce_metrics(output.meta_info["metrics"]))
     return batch, metrics

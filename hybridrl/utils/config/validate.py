@@ -14,6 +14,7 @@ from hybridrl.utils.config.checks_algorithm import check_algorithm
 from hybridrl.utils.config.checks_batch import check_batch_sizes
 from hybridrl.utils.config.checks_env import check_environment
 from hybridrl.utils.config.checks_rollout import check_rollout_mode
+from hybridrl.utils.config.checks_rollout_correction import check_rollout_correction
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem
 from hybridrl.utils.config.unsupported import check_unsupported
 
@@ -59,6 +60,7 @@ def collect_problems(
     problems = check_batch_sizes(config, use_reference_policy, use_critic)
     problems += check_algorithm(config, use_reference_policy, use_critic)
     problems += check_rollout_mode(config)
+    problems += check_rollout_correction(config)
     problems += check_unsupported(config, "ppo_trainer")
     if check_env:
         problems += check_environment(config, use_critic)

@@ -11,7 +11,10 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
     pg_loss     = the pure loss of ``policy_loss.loss_mode`` (``hybridrl.algos.policy_losses``), its
-                  hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``)
+                  hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``);
+                  rollout correction (verl 0.9): each token's loss × ``rollout_is_weights`` when the batch
+                  has them (decoupled mode), or the bypass-mode loss when ``meta_info["rollout_correction"]``
+                  says ``bypass_mode`` (``hybridrl.algos.rollout_correction``)
     scale       = 1 / (mini / micro)                  fixed micro-batches
                 = B_micro / ppo_mini_batch_size       use_dynamic_bsz (verl 0.5: the sample share)
 
@@ -33,7 +36,8 @@ from torch import nn
 
 from hybridrl.algos.aggregation import agg_loss
 from hybridrl.algos.kl import kl_penalty
-from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, resolve_policy_loss
+from hybridrl.algos.params import policy_loss_params
+from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, resolve_policy_loss
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.utils.config.defaults import section_with_defaults
@@ -50,6 +54,10 @@ __all__ = ["DataParallelPPOActor"]
 
 _LOG_PROB_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 _UPDATE_KEYS = [*_LOG_PROB_KEYS, "response_mask", "old_log_probs", "advantages"]
+# rollout correction's IS weights [B, R], set by the driver in decoupled mode (absent otherwise)
+_IS_WEIGHTS_KEY = "rollout_is_weights"
+# meta_info key: the driver's RolloutCorrectionParams in bypass mode (absent otherwise)
+ROLLOUT_CORRECTION_META_KEY = "rollout_correction"
 
 
 def compute_dtype_context(device_name: str) -> contextlib.AbstractContextManager[Any]:
@@ -159,6 +167,15 @@ class DataParallelPPOActor(BasePPOActor):
         """``pg_loss``: the loss of ``policy_loss.loss_mode`` with the actor's hyper-parameters bound."""
         return resolve_policy_loss(self.config.policy_loss.loss_mode, self.config, self.config.loss_agg_mode)
 
+    def _update_loss(self, meta: dict[str, Any]) -> BoundPolicyLoss:
+        """This update's policy loss: bypass mode's when the driver says so (verl replaces the loss mode), else
+        the loss bound at construction."""
+        assert self._pg_loss is not None, "a reference actor has no policy loss"
+        correction = meta.get(ROLLOUT_CORRECTION_META_KEY)
+        if correction is None or not correction.bypass_mode:
+            return self._pg_loss
+        return bind_bypass_loss(correction, policy_loss_params(self.config, self.config.loss_agg_mode))
+
     def _call_temperature(self, meta: dict[str, Any]) -> float:
         """The temperature given at construction; without one, the caller's ``meta_info["temperature"]``."""
         if self._temperature is not None:
@@ -231,9 +248,13 @@ class DataParallelPPOActor(BasePPOActor):
 
     # ------------------------------------------------------------------ update
 
-    def _policy_loss(self, micro_batch: Any, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """``policy_loss`` of one micro-batch (unscaled) and its metrics."""
-        assert self._pg_loss is not None, "a reference actor has no policy loss"
+    def _policy_loss(
+        self, micro_batch: Any, temperature: float, pg_loss_fn: BoundPolicyLoss | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """``policy_loss`` of one micro-batch (unscaled) and its metrics; ``pg_loss_fn`` defaults to the loss
+        bound at construction."""
+        pg_loss_fn = pg_loss_fn or self._pg_loss
+        assert pg_loss_fn is not None, "a reference actor has no policy loss"
         config = self.config
         response_mask = micro_batch["response_mask"]
         loss_agg_mode = config.loss_agg_mode
@@ -242,7 +263,9 @@ class DataParallelPPOActor(BasePPOActor):
         entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
         # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
         old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
-        pg_loss, pg_metrics = self._pg_loss(old_log_prob, log_prob, micro_batch["advantages"], response_mask)
+        # rollout correction (decoupled): the driver's IS weights, passed only when present
+        correction = {_IS_WEIGHTS_KEY: micro_batch[_IS_WEIGHTS_KEY]} if _IS_WEIGHTS_KEY in micro_batch.keys() else {}
+        pg_loss, pg_metrics = pg_loss_fn(old_log_prob, log_prob, micro_batch["advantages"], response_mask, **correction)
         metrics = {key: float(value) for key, value in pg_metrics.items()}
         policy_loss = pg_loss
         if entropy is not None:
@@ -284,6 +307,8 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         temperature = self._call_temperature(data.meta_info)
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
+        keys += [_IS_WEIGHTS_KEY] if _IS_WEIGHTS_KEY in data.batch.keys() else []
+        pg_loss_fn = self._update_loss(data.meta_info)
         if "old_log_probs" not in data.batch.keys():
             if config.recompute_old_log_prob:
                 raise KeyError(
@@ -305,7 +330,7 @@ class DataParallelPPOActor(BasePPOActor):
                 self.actor_optimizer.zero_grad()
                 for micro_batch in micro_batches:
                     with activation_offload_context(self._activation_offload, self.device_name):
-                        policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature)
+                        policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
                     (policy_loss * self._loss_scale(micro_batch)).backward()
                     append_to_dict(metrics, micro_metrics)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})

@@ -1,0 +1,177 @@
+"""Rollout rejection sampling: drop tokens or whole sequences whose rollout and training policies disagree.
+
+Where truncated IS bounds a weight, rejection sampling removes the sample: a hard trust region on a divergence
+estimate between π_train and π_rollout ("When Speed Kills Stability", Li et al. 2025,
+https://richardli.xyz/rl-collapse). Names, options and numerics follow verl 0.9's ``rollout_corr_helper``
+(``algorithm.rollout_correction.rollout_rs`` / ``rollout_rs_threshold``).
+
+Notation:
+    log r_t = log π_train(y_t) − log π_rollout(y_t)  (clamped to ±20), m: response mask, ``[B, T]``.
+
+Per-token divergence estimators (Schulman's k1/k2/k3 of KL(π_rollout ‖ π_train)):
+    k1 = −log r          k2 = ½ (log r)²          k3 = r − 1 − log r
+
+Options (``rollout_rs``, comma separated; a token/sequence is kept only if every option keeps it):
+    token_k{1,2,3}       each token by its own value
+    seq_sum_k{1,2,3}     each sequence by Σ_t m k
+    seq_mean_k{1,2,3}    each sequence by Σ_t m k / n   (seq_mean_k1: the geometric-mean ratio test)
+    seq_max_k{2,3}       each sequence by max_t k
+
+Thresholds (``rollout_rs_threshold``, one per option, comma separated, or one for all):
+    k1 options   ratio bounds "lower_upper" (a single number u means lower = 1/u); kept when
+                 log(lower) ≤ k1 ≤ log(upper), i.e. lower ≤ π_rollout/π_train ≤ upper (verl's convention)
+    k2/k3        an upper bound; kept when k ≤ upper
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from hybridrl.algos.rollout_is import SAFETY_BOUND
+from hybridrl.utils import torch_functional as verl_F
+
+__all__ = ["RS_OPTIONS", "RSOption", "compute_rejection_mask", "divergence_estimates", "parse_rs_options"]
+
+RS_OPTIONS: tuple[str, ...] = (
+    "token_k1", "token_k2", "token_k3",
+    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
+    "seq_max_k2", "seq_max_k3",
+)
+
+
+@dataclass(frozen=True)
+class RSOption:
+    """One rejection criterion: ``name`` (e.g. ``seq_mean_k1``) with its bounds on the statistic's scale
+    (k1: log-ratio bounds; k2/k3: ``lower`` is None)."""
+
+    name: str
+    upper: float
+    lower: float | None
+
+    @property
+    def level(self) -> str:  # token | seq_sum | seq_mean | seq_max
+        return self.name.rpartition("_")[0]
+
+    @property
+    def estimator(self) -> str:  # k1 | k2 | k3
+        return self.name.rpartition("_")[2]
+
+
+def _parse_one(name: str, spec: str) -> RSOption:
+    try:
+        if name.endswith("k1"):
+            lower_text, _, upper_text = spec.rpartition("_")
+            upper = float(upper_text)
+            lower = float(lower_text) if lower_text else 1.0 / upper
+            if not (lower > 0 and upper > 0 and lower <= upper):
+                raise ValueError("bounds must be > 0 with lower <= upper")
+            return RSOption(name, upper=math.log(upper), lower=math.log(lower))
+        if "_" in spec:
+            raise ValueError("k2/k3 options take one upper bound, not 'lower_upper'")
+        upper = float(spec)
+        if not upper > 0:
+            raise ValueError("the bound must be > 0")
+    except ValueError as error:
+        raise ValueError(f"rollout_rs_threshold {spec!r} for option {name!r}: {error}") from error
+    return RSOption(name, upper=upper, lower=None)
+
+
+def parse_rs_options(options: str, thresholds: float | int | str | None) -> tuple[RSOption, ...]:
+    """``"token_k1,seq_max_k2"`` + ``"0.5_2.0,0.1"`` → the parsed criteria (duplicates dropped, order kept).
+
+    Raises:
+        ValueError: an unknown option (names the valid ones), a missing threshold, a count of thresholds that
+            is neither 1 nor the number of options, or a bad bound.
+    """
+    names = list(dict.fromkeys(part.strip() for part in str(options).split(",") if part.strip()))
+    unknown = [name for name in names if name not in RS_OPTIONS]
+    if not names or unknown:
+        raise ValueError(f"rollout_rs {options!r}: unknown option(s) {unknown}; valid: {', '.join(RS_OPTIONS)}")
+    if thresholds is None or isinstance(thresholds, bool):
+        raise ValueError(f"rollout_rs={options!r} needs rollout_rs_threshold (e.g. 2.0, or '0.5_2.0' for k1)")
+    specs = [part.strip() for part in str(thresholds).split(",") if part.strip()]
+    if len(specs) not in (1, len(names)):
+        raise ValueError(
+            f"rollout_rs_threshold {thresholds!r}: give one threshold for all options or one per option "
+            f"({len(names)}: {', '.join(names)})"
+        )
+    specs = specs * len(names) if len(specs) == 1 else specs
+    return tuple(_parse_one(name, spec) for name, spec in zip(names, specs))
+
+
+def divergence_estimates(log_ratio: torch.Tensor) -> dict[str, torch.Tensor]:
+    """k1, k2, k3 per token ``[B, T]`` of the clamped log-ratio (see the module docstring)."""
+    log_r = torch.clamp(log_ratio, -SAFETY_BOUND, SAFETY_BOUND)
+    return {"k1": -log_r, "k2": 0.5 * log_r.square(), "k3": torch.exp(log_r) - 1.0 - log_r}
+
+
+def _statistic(option: RSOption, per_token: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """The option's statistic: ``[B, T]`` for token options, ``[B]`` for sequence options."""
+    if option.level == "token":
+        return per_token
+    if option.level == "seq_sum":
+        return verl_F.masked_sum(per_token, response_mask, axis=-1)
+    if option.level == "seq_mean":
+        return verl_F.masked_mean(per_token, response_mask, axis=-1)
+    seq_max = per_token.masked_fill(~response_mask.bool(), float("-inf")).max(dim=-1).values
+    return torch.where(torch.isinf(seq_max), torch.zeros_like(seq_max), seq_max)  # empty sequence: 0
+
+
+def _option_metrics(
+    option: RSOption, stat: torch.Tensor, keep: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """``rollout_rs_<option>_*``: the statistic's mean/max/min, shares above/below the bounds, shares masked."""
+    prefix = f"rollout_rs_{option.name}"
+    seq_valid = response_mask.sum(dim=-1) > 0
+    # a sequence statistic has one value per non-empty sequence; its mean is token-weighted (verl)
+    per_token = stat.unsqueeze(-1).expand_as(response_mask) if stat.dim() == 1 else stat
+    values = stat[seq_valid] if stat.dim() == 1 else stat[response_mask.bool()]
+    high = (values > option.upper).float().mean().item()
+    low = (values < option.lower).float().mean().item() if option.lower is not None else 0.0
+    token_keep = keep if keep.dim() == 2 else keep.unsqueeze(-1).expand_as(response_mask)
+    rejected_in_seq = (~token_keep & response_mask.bool()).any(dim=-1)
+    return {
+        f"{prefix}_mean": verl_F.masked_mean(per_token, response_mask).item(),
+        f"{prefix}_max": values.max().item(),
+        f"{prefix}_min": values.min().item(),
+        f"{prefix}_fraction_high": high,
+        f"{prefix}_fraction_low": low,
+        f"{prefix}_masked_fraction": verl_F.masked_mean((~token_keep).float(), response_mask).item(),
+        f"{prefix}_seq_masked_fraction": (rejected_in_seq & seq_valid).float().sum().item()
+        / max(int(seq_valid.sum()), 1),
+    }
+
+
+def compute_rejection_mask(
+    log_ratio: torch.Tensor, response_mask: torch.Tensor, options: tuple[RSOption, ...]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The response mask with rejected tokens (token options) and sequences (sequence options) set to 0.
+
+    Args:
+        log_ratio: ``[B, T]`` log π_train − log π_rollout.
+        response_mask: ``[B, T]`` m (needs at least one valid token).
+        options: :func:`parse_rs_options`'s result.
+
+    Returns:
+        ``(mask [B, T]`` in ``response_mask``'s dtype, ``metrics`` without the ``rollout_corr/`` prefix:
+        per option ``rollout_rs_<option>_*``, overall ``rollout_rs_masked_fraction`` (share of valid tokens
+        rejected) and ``rollout_rs_seq_masked_fraction`` (share of sequences with a rejected token)).
+    """
+    estimates = divergence_estimates(log_ratio)
+    keep_all = torch.ones_like(response_mask, dtype=torch.bool)
+    metrics: dict[str, float] = {}
+    for option in options:
+        stat = _statistic(option, estimates[option.estimator], response_mask)
+        keep = stat <= option.upper
+        if option.lower is not None:
+            keep = keep & (stat >= option.lower)
+        metrics.update(_option_metrics(option, stat, keep, response_mask))
+        keep_all = keep_all & (keep if keep.dim() == 2 else keep.unsqueeze(-1))
+    valid = response_mask.bool()
+    metrics["rollout_rs_masked_fraction"] = verl_F.masked_mean((~keep_all).float(), response_mask).item()
+    metrics["rollout_rs_seq_masked_fraction"] = (~keep_all & valid).any(dim=-1).float().mean().item()
+    return (response_mask * keep_all).to(response_mask.dtype), metrics

@@ -27,6 +27,8 @@ import operator
 import random
 import re
 
+import openai
+
 MAX_MODEL_TURNS = 3
 # the task's system prompt (examples/agent_calculator/prepare_data.py), for the standalone questions
 SYSTEM_PROMPT = (
@@ -116,16 +118,23 @@ async def rollout(client, row: dict, model: str = "policy", max_tokens: int | No
     """Play ``row``'s question with ``client`` (an ``openai.AsyncOpenAI``); the reward, 1.0 or 0.0.
 
     Up to ``MAX_MODEL_TURNS`` model turns: each turn's tool calls are run locally and answered with tool messages;
-    a turn without tool calls is the final answer. Running out of turns (or of tokens) scores 0. ``max_tokens``
+    a turn without tool calls is the final answer. Running out of turns, of tokens or of context (the server's
+    ``context_length_exceeded``: the conversation outgrew ``rollout.prompt_length + response_length``) scores 0;
+    any other error propagates (hybridrl then counts the trajectory as failed and skips it). ``max_tokens``
     None leaves each turn's length to the server (in training: what is left of ``rollout.response_length``; a
     larger explicit value is refused with a 400 there).
     """
     messages = [dict(message) for message in row["raw_prompt"]]
     limits = {} if max_tokens is None else {"max_tokens": max_tokens}
     for _ in range(MAX_MODEL_TURNS):
-        response = await client.chat.completions.create(
-            model=model, messages=messages, tools=[CALCULATOR_TOOL], **limits
-        )
+        try:
+            response = await client.chat.completions.create(
+                model=model, messages=messages, tools=[CALCULATOR_TOOL], **limits
+            )
+        except openai.BadRequestError as error:
+            if error.code == "context_length_exceeded":
+                return 0.0
+            raise
         choice = response.choices[0]
         message = choice.message
         if not message.tool_calls:
@@ -150,8 +159,6 @@ def question_row(a: int, b: int) -> dict:
 async def play(base_url: str, api_key: str, model: str | None, questions: int, seed: int,
                max_tokens: int | None = 64) -> float:
     """Play ``questions`` random questions against ``base_url``; prints each reward, returns the mean."""
-    import openai
-
     rng = random.Random(seed)
     rows = [question_row(rng.randint(317, 999), rng.randint(317, 999)) for _ in range(questions)]
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key) as client:

@@ -4,7 +4,7 @@
 #   bash examples/agents_in_your_code/run_cpu.sh outputs/agents_in_your_code [extra key=value overrides]
 # Env:
 #   SEED (0)       data.seed (shuffling) and rollout.seed (sampling)
-#   STEPS (12)     GRPO steps; validation (the 128 held-out questions, 1 sample each at T=1) every TEST_FREQ (4)
+#   STEPS (20)     GRPO steps; validation (the 128 held-out questions, 1 sample each at T=1) every TEST_FREQ (5)
 #   MODEL          model folder (default <work_dir>/warm_model, written by warm_start.sh)
 #   NAME           experiment name (default openai_agent_seed<SEED>)
 # Metrics: TensorBoard events in <work_dir>/tensorboard/<NAME>, JSONL in <work_dir>/metrics/<NAME>.jsonl;
@@ -15,8 +15,8 @@ here=examples/agents_in_your_code
 work_dir=$(realpath -m "${1:-outputs/agents_in_your_code}")
 shift || true
 SEED=${SEED:-0}
-STEPS=${STEPS:-12}
-TEST_FREQ=${TEST_FREQ:-4}
+STEPS=${STEPS:-20}
+TEST_FREQ=${TEST_FREQ:-5}
 MODEL=${MODEL:-$work_dir/warm_model}
 NAME=${NAME:-openai_agent_seed$SEED}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \

@@ -154,6 +154,19 @@ def test_the_agent_leaves_each_turns_length_to_the_training_endpoint(tokenizer, 
     assert reward == 1.0 and servers.calls[0][2]["max_tokens"] == 48
 
 
+def test_a_conversation_that_outgrows_the_context_scores_zero(tokenizer, tiny_model_dir):
+    """The second request's prompt exceeds prompt_length + response_length: a 400 context_length_exceeded, which
+    the agent takes as the end of the episode (reward 0, its completions still trained) rather than a crash."""
+    from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+
+    first_prompt = len(ChatTokens(tokenizer).prompt_ids(_row()["raw_prompt"]))
+    call = len(tokenizer.encode(CALL_TEXT, add_special_tokens=False)) + 1
+    config = _config(tiny_model_dir, f"actor_rollout_ref.rollout.prompt_length={first_prompt}",
+                     f"actor_rollout_ref.rollout.response_length={call + 4}")
+    reward, records, _, servers = _play(config, tokenizer, [CALL_TEXT, CALL_TEXT, "#### 287663"], _row())
+    assert reward == 0.0 and len(records) == len(servers.calls) == 1
+
+
 def test_a_bad_tool_call_gets_an_error_result_and_the_conversation_goes_on(tokenizer, tiny_model_dir):
     bad_call = '<tool_call>{"name": "calculator", "arguments": {"expression": "open(1)"}}</tool_call>'
     reward, records, _, _ = _play(_config(tiny_model_dir), tokenizer, [bad_call, "#### 287663"], _row())

@@ -58,6 +58,8 @@ async def generate_choices(
     calls = [generate(trajectory_id, prompt_ids=list(prompt_ids), sampling_params=params_of(i)) for i in range(n)]
     try:
         return list(await asyncio.gather(*calls))
+    except OpenAIError:  # a generate wrapper refused the request itself (e.g. the training endpoint's checks)
+        raise
     except Exception as error:  # noqa: BLE001 - the client gets a 500 naming the engine's error
         raise OpenAIError(
             500, f"the rollout engine failed: {type(error).__name__}: {error}", type="server_error"

@@ -7,8 +7,10 @@ conversation stays on one server). For trajectories the trainer started (``begin
 - samples with the run's settings: ``rollout.temperature/top_p/top_k`` (``val_kwargs`` when validating), a seed per
   completion derived from the trajectory's seed; the client's sampling values are ignored, so the engine's
   log-probs are those of the distribution the trainer assumes;
-- bounds each chain of the conversation to ``rollout.response_length`` tokens after its first prompt (a request
-  beyond it gets an empty completion with ``finish_reason: length``);
+- bounds each chain of the conversation to ``rollout.response_length`` tokens after its first prompt: a request's
+  ``max_tokens`` is clamped to what is left (never refused: an agent written for another deployment may ask for
+  more), and a request past the budget gets an empty completion with ``finish_reason: length``; the first prompt
+  of a chain must fit ``rollout.prompt_length`` (else 400 ``context_length_exceeded``);
 - records every completion (prompt ids, generated ids, log-probs) for ``end``; the prompts of a faithful replay
   continue the previous prompt token for token (``continuation.py``).
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridrl.serving.continuation import ContinuationRenderer
+from hybridrl.serving.errors import OpenAIError
 from hybridrl.serving.openai_app import TRAJECTORY_HEADER, build_openai_app
 from hybridrl.serving.types import CompletionRecord, ServeLimits
 from hybridrl.workers.rollout.async_server.request import TokenOutput
@@ -29,6 +32,7 @@ __all__ = ["TrainingEndpoint", "endpoint_for"]
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # request bodies above this are refused (413): no chat history needs more
 MAX_CHOICES = 8  # `n` per request; a trajectory's samples come from its first choice (more are recorded too)
+UNBOUNDED = 2**31 - 1  # app-level token limits in training (the per-chain checks of _generate apply instead)
 
 
 @dataclass
@@ -85,9 +89,10 @@ class TrainingEndpoint:
 
         parser = ToolParser.get_tool_parser(str(rollout.multi_turn.format), tokenizer)
         self.renderer = ContinuationRenderer(tokenizer, template_kwargs, parser)
-        limits = ServeLimits(max_tokens=self.response_length,
-                             max_prompt_tokens=int(rollout.prompt_length) + self.response_length,
-                             max_request_bytes=MAX_REQUEST_BYTES, max_n=MAX_CHOICES)
+        self.prompt_length = int(rollout.prompt_length)
+        # the app's own bounds are wide open: _generate clamps max_tokens and checks prompts per chain
+        limits = ServeLimits(max_tokens=UNBOUNDED, max_prompt_tokens=UNBOUNDED, max_request_bytes=MAX_REQUEST_BYTES,
+                             max_n=MAX_CHOICES)
         self.model_name = str(config.actor_rollout_ref.model.path).rstrip("/").split("/")[-1]
         self.app = build_openai_app(self._generate, tokenizer, model_name=self.model_name, limits=limits,
                                     api_key=self.api_key, tool_format=str(rollout.multi_turn.format),
@@ -135,12 +140,12 @@ class TrainingEndpoint:
 
     async def _generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
         trajectory = self.trajectories.get(request_id)
-        params = dict(sampling_params)
+        remaining = self._remaining(trajectory, prompt_ids)
+        if remaining <= 0:
+            return TokenOutput(token_ids=[], log_probs=[], stop_reason="length")
+        params = {**sampling_params, "max_tokens": min(int(sampling_params["max_tokens"]), remaining)}
         if trajectory is not None:
-            remaining = trajectory.remaining(prompt_ids, self.response_length)
-            if remaining <= 0:
-                return TokenOutput(token_ids=[], log_probs=[], stop_reason="length")
-            params.update(trajectory.sampling_params, logprobs=True, max_tokens=min(int(params["max_tokens"]), remaining))
+            params.update(trajectory.sampling_params, logprobs=True)
             if trajectory.seed is not None:
                 params["seed"] = int(trajectory.seed) * 1_009 + trajectory.calls
             trajectory.calls += 1
@@ -148,6 +153,17 @@ class TrainingEndpoint:
         if trajectory is not None:
             trajectory.extend(list(prompt_ids), list(output.token_ids))
         return output
+
+
+    def _remaining(self, trajectory: _Trajectory | None, prompt_ids: list[int]) -> int:
+        """Tokens this request may generate: what its chain has left; a new chain's prompt must fit."""
+        remaining = self.response_length if trajectory is None else trajectory.remaining(prompt_ids, self.response_length)
+        continues = trajectory is not None and remaining < self.response_length
+        if not continues and len(prompt_ids) > self.prompt_length:
+            raise OpenAIError(400, f"the prompt has {len(prompt_ids)} tokens; a conversation may start with at most "
+                              f"{self.prompt_length} (rollout.prompt_length)", param="messages",
+                              code="context_length_exceeded")
+        return remaining
 
 
 _ENDPOINTS: dict[int, TrainingEndpoint] = {}

@@ -155,8 +155,8 @@ def test_the_agent_leaves_each_turns_length_to_the_training_endpoint(tokenizer, 
 
 
 def test_a_conversation_that_outgrows_the_context_scores_zero(tokenizer, tiny_model_dir):
-    """The second request's prompt exceeds prompt_length + response_length: a 400 context_length_exceeded, which
-    the agent takes as the end of the episode (reward 0, its completions still trained) rather than a crash."""
+    """The conversation spends its response budget in the first turn: the next request gets an empty completion
+    (finish_reason "length") without reaching the engine, and the agent ends the episode with reward 0."""
     from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
 
     first_prompt = len(ChatTokens(tokenizer).prompt_ids(_row()["raw_prompt"]))
@@ -164,7 +164,9 @@ def test_a_conversation_that_outgrows_the_context_scores_zero(tokenizer, tiny_mo
     config = _config(tiny_model_dir, f"actor_rollout_ref.rollout.prompt_length={first_prompt}",
                      f"actor_rollout_ref.rollout.response_length={call + 4}")
     reward, records, _, servers = _play(config, tokenizer, [CALL_TEXT, CALL_TEXT, "#### 287663"], _row())
-    assert reward == 0.0 and len(records) == len(servers.calls) == 1
+    assert reward == 0.0 and len(servers.calls) == 1
+    assert [r.finish_reason for r in records[1:]] and all(r.response_ids == [] for r in records[1:])
+    assert all(r.finish_reason == "length" for r in records[1:])
 
 
 def test_a_bad_tool_call_gets_an_error_result_and_the_conversation_goes_on(tokenizer, tiny_model_dir):

@@ -96,8 +96,9 @@ def test_replayed_tool_conversation_continues_from_the_models_tokens(tools_token
     assert params[0]["seed"] != params[1]["seed"] and all(p["logprobs"] for p in params)
 
 
-def test_an_edited_history_starts_a_new_chain(tools_tokenizer, tools_config):
-    _, endpoint, _, records = _run_conversation(tools_config, tools_tokenizer, [CALL_TEXT, "#### 84"], {},
+def test_an_edited_history_starts_a_new_chain(tools_tokenizer, tiny_model_dir):
+    config = _config(tiny_model_dir, "actor_rollout_ref.rollout.prompt_length=900")  # a new chain's prompt must fit
+    _, endpoint, _, records = _run_conversation(config, tools_tokenizer, [CALL_TEXT, "#### 84"], {},
                                                 edit_answer=True)
     assert endpoint.renderer.continued == 0
     samples = samples_from_completions(records, 1.0, response_length=400, metrics=AgentLoopMetrics())
@@ -113,6 +114,32 @@ def test_the_chain_budget_caps_and_then_refuses_tokens(tokenizer, tiny_model_dir
     assert len(first.response_ids) == 60 and used >= 60  # the first turn spent the whole budget
     assert responses[1].choices[0].finish_reason == "length" and second.response_ids == []
     assert len(servers.calls) == 1  # the second request never reached the engine
+
+
+def test_a_new_chain_longer_than_prompt_length_is_a_400(tools_tokenizer, tiny_model_dir):
+    import openai
+
+    config = _config(tiny_model_dir, "actor_rollout_ref.rollout.prompt_length=100")
+    with pytest.raises(openai.BadRequestError, match="rollout.prompt_length"):
+        _run_conversation(config, tools_tokenizer, [CALL_TEXT, "#### 84"], {})
+
+
+def test_max_tokens_over_the_budget_is_clamped_not_refused(tokenizer, tiny_model_dir):
+    servers = ScriptedServers(tokenizer, ["#### 84"])
+
+    async def play():
+        endpoint = TrainingEndpoint(_config(tiny_model_dir), servers, tokenizer)
+        await endpoint.start()
+        endpoint.begin("t", {})
+        client = endpoint.client("t", timeout_s=30)
+        try:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                 max_tokens=100_000)
+        finally:
+            await client.close()
+
+    asyncio.run(play())
+    assert servers.calls[0][2]["max_tokens"] == 400  # rollout.response_length
 
 
 def _loop(config, tokenizer, servers):

@@ -115,13 +115,14 @@ def agent_metrics(outputs: Sequence[AgentLoopOutput]) -> dict[str, Any]:
     """Per-trajectory values for ``reduce_metrics`` (lists; the trainer logs their mean):
 
     ``agent_loop/<counter>`` (tool_calls, tool_errors, parse_failures, ...), ``agent_loop/tool_call_rate`` (1 when
-    the trajectory made at least one well-formed call), ``tool/<name>/<stat>`` (calls, errors, seconds and the
+    the trajectory made at least one well-formed call; only when a loop counts ``tool_calls``), ``tool/<name>/<stat>`` (calls, errors, seconds and the
     tool's own numeric metrics, per trajectory)."""
     metrics: dict[str, list[float]] = {}
     counter_keys = sorted({k for o in outputs for k in o.metrics.counters})
     for key in counter_keys:
         metrics[f"agent_loop/{key}"] = [o.metrics.counters.get(key, 0.0) for o in outputs]
-    metrics["agent_loop/tool_call_rate"] = [float(o.metrics.counters.get("tool_calls", 0.0) > 0) for o in outputs]
+    if "tool_calls" in counter_keys:  # loops that run tools themselves (tool_agent); not the user's openai agent
+        metrics["agent_loop/tool_call_rate"] = [float(o.metrics.counters.get("tool_calls", 0.0) > 0) for o in outputs]
     tool_names = sorted({name for o in outputs for name in o.metrics.tools})
     for name in tool_names:
         stat_keys = sorted({k for o in outputs for k in o.metrics.tools.get(name, {})})

@@ -63,6 +63,8 @@ class ToolAgentLoop(AgentLoopBase):
         chat = ChatTokens(self.tokenizer, tools=self.tool_schemas or None,
                           chat_template_kwargs=self.apply_chat_template_kwargs)
         metrics = AgentLoopMetrics()
+        metrics.count("tool_calls", 0.0)  # present even when no call is made: the tool-call rate counts this row
+        metrics.count("parse_failures", 0.0)
         trajectory = Trajectory(chat.prompt_ids(messages), self.response_length,
                                 with_logprobs=bool(sampling_params.get("logprobs")))
         session = ToolSession(self.tools, _as_dict(kwargs.get("tools_kwargs")), self.tool_executor, metrics)

@@ -20,20 +20,20 @@ Notation: ``[B, T]`` tensors; log r = log π_train − log π_rollout; m: respon
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from hybridrl.algos.params import config_value
 from hybridrl.algos.policy_losses import Metrics, ppo_clip_loss, reinforce_loss
-from hybridrl.algos.rollout_is import (
-    IS_LEVELS,
-    SAFETY_BOUND,
-    ISThreshold,
-    compute_rollout_is_weights,
-    parse_is_threshold,
+from hybridrl.algos.rollout_correction_config import (
+    BYPASS_LOSS_TYPES,
+    RolloutCorrectionParams,
+    rollout_correction_params,
 )
-from hybridrl.algos.rollout_rs import RSOption, compute_rejection_mask, parse_rs_options
+from hybridrl.algos.rollout_is import (
+    SAFETY_BOUND,
+    compute_rollout_is_weights,
+)
+from hybridrl.algos.rollout_rs import compute_rejection_mask
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
@@ -48,47 +48,6 @@ __all__ = [
 ]
 
 METRIC_PREFIX = "rollout_corr/"
-BYPASS_LOSS_TYPES: tuple[str, ...] = ("ppo_clip", "reinforce")
-
-
-@dataclass(frozen=True)
-class RolloutCorrectionParams:
-    """``algorithm.rollout_correction``, parsed once (see :func:`rollout_correction_params`)."""
-
-    rollout_is: str | None  # token | sequence | None
-    is_threshold: ISThreshold | None  # TIS upper bound or IcePop bounds; None when rollout_is is null
-    rs_options: tuple[RSOption, ...]  # empty: no rejection sampling
-    batch_normalize: bool  # rollout_is_batch_normalize
-    bypass_mode: bool  # rollout log-probs serve as the old ones
-    loss_type: str  # bypass only: ppo_clip | reinforce
-
-    @property
-    def corrects(self) -> bool:
-        """IS weights or rejection sampling is on (False: metrics only)."""
-        return self.rollout_is is not None or bool(self.rs_options)
-
-
-def rollout_correction_params(section: Any) -> RolloutCorrectionParams:
-    """Parse the ``algorithm.rollout_correction`` section (DictConfig, dict or object).
-
-    Raises:
-        ValueError: an unknown ``rollout_is`` / ``rollout_rs`` option / ``loss_type``, or a bad threshold.
-    """
-    level = config_value(section, "rollout_is")
-    if level is not None and level not in IS_LEVELS:
-        raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: use one of {IS_LEVELS} or null")
-    loss_type = config_value(section, "loss_type")
-    if loss_type not in BYPASS_LOSS_TYPES:
-        raise ValueError(f"algorithm.rollout_correction.loss_type={loss_type!r}: use one of {BYPASS_LOSS_TYPES}")
-    rs = config_value(section, "rollout_rs")
-    return RolloutCorrectionParams(
-        rollout_is=level,
-        is_threshold=parse_is_threshold(config_value(section, "rollout_is_threshold")) if level is not None else None,
-        rs_options=parse_rs_options(rs, config_value(section, "rollout_rs_threshold")) if rs is not None else (),
-        batch_normalize=bool(config_value(section, "rollout_is_batch_normalize")),
-        bypass_mode=bool(config_value(section, "bypass_mode")),
-        loss_type=loss_type,
-    )
 
 
 @dataclass(frozen=True)
@@ -196,12 +155,24 @@ def bypass_policy_loss(
         correction = compute_rollout_correction(log_prob.detach(), old_log_prob, response_mask, params)
     if params.loss_type == "reinforce":
         loss, metrics = reinforce_loss(
-            old_log_prob, log_prob, advantages, correction.response_mask, loss_agg_mode=loss_agg_mode,
-            loss_scale_factor=loss_scale_factor, rollout_is_weights=correction.weights,
+            old_log_prob,
+            log_prob,
+            advantages,
+            correction.response_mask,
+            loss_agg_mode=loss_agg_mode,
+            loss_scale_factor=loss_scale_factor,
+            rollout_is_weights=correction.weights,
         )
     else:
         loss, metrics = ppo_clip_loss(
-            old_log_prob, log_prob, advantages, correction.response_mask, clip_ratio_low, clip_ratio_high,
-            clip_ratio_c, loss_agg_mode, loss_scale_factor,
+            old_log_prob,
+            log_prob,
+            advantages,
+            correction.response_mask,
+            clip_ratio_low,
+            clip_ratio_high,
+            clip_ratio_c,
+            loss_agg_mode,
+            loss_scale_factor,
         )
     return loss, {**metrics, **{key: torch.tensor(value) for key, value in correction.metrics.items()}}

@@ -26,10 +26,10 @@ valid tokens (token level) or over the per-sequence weights of non-empty sequenc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
+from hybridrl.algos.rollout_correction_config import IS_LEVELS, ISThreshold, parse_is_threshold
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "parse_is_threshold",
 ]
 
-IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 # log-ratios are clamped to ±20 before exp: e^20 ≈ 4.9e8 is finite in fp32, an unclamped sum over a long
 # sequence overflows to inf (verl's SAFETY_BOUND).
 SAFETY_BOUND = 20.0
@@ -50,40 +49,6 @@ SAFETY_BOUND = 20.0
 _MIN_NORMALIZE_MEAN = 1e-8
 # ESS: w / (mean w + eps) (verl)
 _ESS_EPS = 1e-8
-
-
-@dataclass(frozen=True)
-class ISThreshold:
-    """A parsed ``rollout_is_threshold``: TIS (``lower`` None) or IcePop (both bounds)."""
-
-    upper: float
-    lower: float | None = None
-
-    @property
-    def is_icepop(self) -> bool:
-        return self.lower is not None
-
-
-def parse_is_threshold(spec: float | int | str) -> ISThreshold:
-    """``2.0`` / ``"2.0"`` → TIS upper bound; ``"0.5_5.0"`` → IcePop bounds [0.5, 5.0].
-
-    Raises:
-        ValueError: a non-number, a bound ≤ 0, or lower > upper (the message quotes the spec).
-    """
-    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
-        raise ValueError(f"rollout_is_threshold must be a float or a 'lower_upper' string, got {spec!r}")
-    text = str(spec).strip()
-    lower_text, _, upper_text = text.rpartition("_") if "_" in text else ("", "", text)
-    try:
-        upper = float(upper_text)
-        lower = float(lower_text) if lower_text else None
-    except ValueError as error:
-        raise ValueError(f"rollout_is_threshold {spec!r} is not a number nor a 'lower_upper' pair") from error
-    if not upper > 0 or (lower is not None and not lower > 0):
-        raise ValueError(f"rollout_is_threshold {spec!r}: bounds must be > 0")
-    if lower is not None and lower > upper:
-        raise ValueError(f"rollout_is_threshold {spec!r}: lower bound must be <= upper bound")
-    return ISThreshold(upper=upper, lower=lower)
 
 
 def _raw_weights(log_ratio: torch.Tensor, response_mask: torch.Tensor, level: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,9 +140,11 @@ def compute_is_metrics(
         metrics["rollout_is_max"] = weights.masked_fill(~mask, float("-inf")).max().item()
         metrics["rollout_is_min"] = weights.masked_fill(~mask, float("inf")).min().item()
         metrics["rollout_is_ratio_fraction_high"] = verl_F.masked_mean(
-            (raw_weights > threshold.upper).float(), response_mask).item()
+            (raw_weights > threshold.upper).float(), response_mask
+        ).item()
         metrics["rollout_is_ratio_fraction_low"] = verl_F.masked_mean(
-            (raw_weights < lower).float(), response_mask).item()
+            (raw_weights < lower).float(), response_mask
+        ).item()
     bounded = weights.clamp(min=0.0, max=threshold.upper)
     bounded_mean = verl_F.masked_mean(bounded, response_mask)
     variance = verl_F.masked_mean(bounded.square(), response_mask) - bounded_mean.square()

@@ -25,82 +25,13 @@ Thresholds (``rollout_rs_threshold``, one per option, comma separated, or one fo
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
+from hybridrl.algos.rollout_correction_config import RS_OPTIONS, RSOption, parse_rs_options
 from hybridrl.algos.rollout_is import SAFETY_BOUND
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = ["RS_OPTIONS", "RSOption", "compute_rejection_mask", "divergence_estimates", "parse_rs_options"]
-
-RS_OPTIONS: tuple[str, ...] = (
-    "token_k1", "token_k2", "token_k3",
-    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
-    "seq_max_k2", "seq_max_k3",
-)
-
-
-@dataclass(frozen=True)
-class RSOption:
-    """One rejection criterion: ``name`` (e.g. ``seq_mean_k1``) with its bounds on the statistic's scale
-    (k1: log-ratio bounds; k2/k3: ``lower`` is None)."""
-
-    name: str
-    upper: float
-    lower: float | None
-
-    @property
-    def level(self) -> str:  # token | seq_sum | seq_mean | seq_max
-        return self.name.rpartition("_")[0]
-
-    @property
-    def estimator(self) -> str:  # k1 | k2 | k3
-        return self.name.rpartition("_")[2]
-
-
-def _parse_one(name: str, spec: str) -> RSOption:
-    try:
-        if name.endswith("k1"):
-            lower_text, _, upper_text = spec.rpartition("_")
-            upper = float(upper_text)
-            lower = float(lower_text) if lower_text else 1.0 / upper
-            if not (lower > 0 and upper > 0 and lower <= upper):
-                raise ValueError("bounds must be > 0 with lower <= upper")
-            return RSOption(name, upper=math.log(upper), lower=math.log(lower))
-        if "_" in spec:
-            raise ValueError("k2/k3 options take one upper bound, not 'lower_upper'")
-        upper = float(spec)
-        if not upper > 0:
-            raise ValueError("the bound must be > 0")
-    except ValueError as error:
-        raise ValueError(f"rollout_rs_threshold {spec!r} for option {name!r}: {error}") from error
-    return RSOption(name, upper=upper, lower=None)
-
-
-def parse_rs_options(options: str, thresholds: float | int | str | None) -> tuple[RSOption, ...]:
-    """``"token_k1,seq_max_k2"`` + ``"0.5_2.0,0.1"`` → the parsed criteria (duplicates dropped, order kept).
-
-    Raises:
-        ValueError: an unknown option (names the valid ones), a missing threshold, a count of thresholds that
-            is neither 1 nor the number of options, or a bad bound.
-    """
-    names = list(dict.fromkeys(part.strip() for part in str(options).split(",") if part.strip()))
-    unknown = [name for name in names if name not in RS_OPTIONS]
-    if not names or unknown:
-        raise ValueError(f"rollout_rs {options!r}: unknown option(s) {unknown}; valid: {', '.join(RS_OPTIONS)}")
-    if thresholds is None or isinstance(thresholds, bool):
-        raise ValueError(f"rollout_rs={options!r} needs rollout_rs_threshold (e.g. 2.0, or '0.5_2.0' for k1)")
-    specs = [part.strip() for part in str(thresholds).split(",") if part.strip()]
-    if len(specs) not in (1, len(names)):
-        raise ValueError(
-            f"rollout_rs_threshold {thresholds!r}: give one threshold for all options or one per option "
-            f"({len(names)}: {', '.join(names)})"
-        )
-    specs = specs * len(names) if len(specs) == 1 else specs
-    return tuple(_parse_one(name, spec) for name, spec in zip(names, specs))
 
 
 def divergence_estimates(log_ratio: torch.Tensor) -> dict[str, torch.Tensor]:

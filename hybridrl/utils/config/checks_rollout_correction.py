@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybridrl.algos.rollout_correction import rollout_correction_params
+from hybridrl.algos.rollout_correction_config import rollout_correction_params
 from hybridrl.utils.config.access import ACTOR, ROLLOUT, get
 from hybridrl.utils.config.errors import ConfigProblem, warn_once
 

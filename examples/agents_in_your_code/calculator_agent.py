@@ -121,8 +121,8 @@ async def rollout(client, row: dict, model: str = "policy", max_tokens: int | No
     a turn without tool calls is the final answer. Running out of turns, of tokens or of context (the server's
     ``context_length_exceeded``: the conversation outgrew ``rollout.prompt_length + response_length``) scores 0;
     any other error propagates (hybridrl then counts the trajectory as failed and skips it). ``max_tokens``
-    None leaves each turn's length to the server (in training: what is left of ``rollout.response_length``; a
-    larger explicit value is refused with a 400 there).
+    None leaves each turn's length to the server (in training: what is left of ``rollout.response_length``, to
+    which a larger explicit value is clamped).
     """
     messages = [dict(message) for message in row["raw_prompt"]]
     limits = {} if max_tokens is None else {"max_tokens": max_tokens}

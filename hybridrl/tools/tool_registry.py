@@ -18,7 +18,6 @@ re-exports it.
 
 from __future__ import annotations
 
-import os
 from enum import Enum
 from typing import Any
 
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 
 from hybridrl.tools.base_tool import BaseTool
 from hybridrl.tools.class_path import import_class_path
+from hybridrl.tools.config_file import read_entry_list
 from hybridrl.tools.function_tool import FunctionTool, load_function_tools_from_path
 from hybridrl.tools.schemas import OpenAIFunctionToolSchema
 
@@ -71,18 +71,13 @@ def load_all_tools(tool_config_path: str | None, function_tool_path: str | None)
 
 
 def _read_tool_entries(path: str) -> list[Any]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"tool config file '{path}' not found (multi_turn.tool_config_path)")
-    try:
-        content = OmegaConf.load(path)
-    except Exception as exc:
-        raise ValueError(f"tool config file '{path}' is not valid YAML: {exc}") from exc
-    entries = content.get("tools") if isinstance(content, DictConfig) else None
-    if entries is None or isinstance(entries, (str, DictConfig)):
-        raise ValueError(
-            f"tool config file '{path}' needs a top-level `tools:` list of {{class_name, config, tool_schema}}"
-        )
-    return list(entries)
+    return read_entry_list(
+        path,
+        kind="tool",
+        config_key="multi_turn.tool_config_path",
+        list_key="tools",
+        entry_shape="{class_name, config, tool_schema}",
+    )
 
 
 def _build_tool(entry: Any, where: str) -> BaseTool:

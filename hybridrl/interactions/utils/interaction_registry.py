@@ -13,13 +13,13 @@ lower-cased without an ``Interaction`` suffix is used (``Gsm8kInteraction`` → 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.interactions.base import BaseInteraction
 from hybridrl.tools.class_path import import_class_path
+from hybridrl.tools.config_file import read_entry_list
 
 __all__ = ["get_interaction_class", "initialize_interactions_from_config"]
 
@@ -56,18 +56,13 @@ def default_interaction_name(class_name: str) -> str:
 
 
 def _read_entries(path: str) -> list[Any]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"interaction config file '{path}' not found (multi_turn.interaction_config_path)")
-    try:
-        content = OmegaConf.load(path)
-    except Exception as exc:
-        raise ValueError(f"interaction config file '{path}' is not valid YAML: {exc}") from exc
-    entries = content.get("interaction") if isinstance(content, DictConfig) else None
-    if entries is None or isinstance(entries, (str, DictConfig)):
-        raise ValueError(
-            f"interaction config file '{path}' needs a top-level `interaction:` list of {{name, class_name, config}}"
-        )
-    return list(entries)
+    return read_entry_list(
+        path,
+        kind="interaction",
+        config_key="multi_turn.interaction_config_path",
+        list_key="interaction",
+        entry_shape="{name, class_name, config}",
+    )
 
 
 def _build_interaction(entry: Any, where: str) -> tuple[str, BaseInteraction]:

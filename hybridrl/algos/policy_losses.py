@@ -370,8 +370,8 @@ def reinforce_loss(
     Returns:
         loss ``[]``; metrics: ppo_kl = mean_m(log π_old − log π) (verl reports only this one).
     """
-    per_token = _weighted(-advantages * log_prob, rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
+    loss, _ = gpg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, loss_scale_factor,
+                       rollout_is_weights)  # the same loss: −w·A·log π; only the metrics differ
     with torch.no_grad():
         ppo_kl = verl_F.masked_mean(old_log_prob - log_prob, response_mask)
     return loss, {"actor/ppo_kl": ppo_kl.detach()}

@@ -19,7 +19,7 @@ import random
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from hybridrl.utils.tiny_model import CHAT_TEMPLATE, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, TinyModelSpec, build_model_config
+from hybridrl.utils.tiny_model import EOS_TOKEN, PAD_TOKEN, TinyModelSpec, build_model_config, build_tokenizer
 
 MARKER = "agent_calculator_model.json"
 
@@ -45,32 +45,8 @@ def tokenizer_corpus(num_conversations: int, seed: int) -> list[str]:
 
 
 def build_digit_tokenizer(vocab_size: int, seed: int):
-    """Byte-level BPE with single-digit pre-tokenization, wrapped as ``PreTrainedTokenizerFast``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(tokenizer_corpus(2000, seed), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
-        bos_token=None,
-        unk_token=None,
-        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    """Byte-level BPE with single-digit pre-tokenization, trained on the demo's text (``PreTrainedTokenizerFast``)."""
+    return build_tokenizer(vocab_size, seed, corpus=tokenizer_corpus(2000, seed), split_digits=True)
 
 
 def build_model(out_dir: str | Path, spec: TinyModelSpec) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -65,13 +66,21 @@ def _corpus(num_lines: int, seed: int) -> list[str]:
     return lines
 
 
-def build_tokenizer(vocab_size: int = 512, seed: int = 0):
-    """Train a byte-level BPE tokenizer and wrap it as a ``PreTrainedTokenizerFast``."""
+def build_tokenizer(vocab_size: int = 512, seed: int = 0, corpus: Iterable[str] | None = None,
+                    split_digits: bool = False):
+    """Train a byte-level BPE tokenizer and wrap it as a ``PreTrainedTokenizerFast``.
+
+    Args:
+        corpus: the training text (default: arithmetic lines and common words drawn with ``seed``).
+        split_digits: one token per digit (numbers are then copied digit by digit; the calculator demo uses it).
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    digits = [pre_tokenizers.Digits(individual_digits=True)] if split_digits else []
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*digits, byte_level]) if digits else byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -79,7 +88,7 @@ def build_tokenizer(vocab_size: int = 512, seed: int = 0):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(4000, seed), trainer=trainer)
+    tok.train_from_iterator(_corpus(4000, seed) if corpus is None else corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS_TOKEN,

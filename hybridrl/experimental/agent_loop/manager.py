@@ -22,26 +22,18 @@ import ray
 
 from hybridrl.experimental.agent_loop.worker import ROW_OFFSET_KEY, AgentLoopWorker
 from hybridrl.protocol import DataProto
+from hybridrl.utils.config.checks_rollout import check_rollout_mode
+from hybridrl.utils.config.errors import ConfigError
 
 __all__ = ["AgentLoopManager", "check_async_rollout"]
 
 
 def check_async_rollout(config: Any) -> None:
-    """Fail early on settings server mode cannot run (names the key and the fix)."""
-    rollout = config.actor_rollout_ref.rollout
-    if not bool(config.data.return_raw_chat):
-        raise ValueError("actor_rollout_ref.rollout.mode=async builds prompts from the chat messages: "
-                         "set data.return_raw_chat=True")
-    if rollout.name != "hf" and int(rollout.tensor_model_parallel_size) > 1:
-        raise ValueError(
-            f"rollout.mode=async with rollout.name={rollout.name} serves one replica per rank in this version: set "
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size=1 (got {rollout.tensor_model_parallel_size})"
-        )
-    if int(rollout.agent.num_workers) < 1:
-        raise ValueError(f"actor_rollout_ref.rollout.agent.num_workers must be >= 1, got {rollout.agent.num_workers}")
-    if rollout.multi_turn.completion_callback:
-        raise ValueError("actor_rollout_ref.rollout.multi_turn.completion_callback (verl 0.5's chat scheduler) is not "
-                         "supported; write an agent loop (@register) instead")
+    """Fail early on settings server mode cannot run (the config validation's rollout checks, for a manager built
+    from user code with a config that was never validated)."""
+    problems = check_rollout_mode(config)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _stats(prefix: str, values: list[float]) -> dict[str, float]:

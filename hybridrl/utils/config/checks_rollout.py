@@ -25,10 +25,8 @@ def check_rollout_mode(config: DictConfig) -> list[ConfigProblem]:
     if get(config, f"{multi_turn}.enable") and mode != "async":
         problems.append(ConfigProblem(f"{multi_turn}.enable", "multi-turn rollouts run in server mode only.",
                                       f"set {ROLLOUT}.mode=async (and data.return_raw_chat=True)."))
-    if mode == "async" and not get(config, "data.return_raw_chat"):
-        problems.append(ConfigProblem("data.return_raw_chat", "server mode builds each prompt from the row's chat "
-                                      "messages, which the dataset returns only with return_raw_chat=True.",
-                                      "set data.return_raw_chat=True."))
+    if mode == "async":
+        _check_server_mode(config, problems)
     for key in ("tool_config_path", "function_tool_path", "interaction_config_path"):
         _check_file(config, f"{multi_turn}.{key}", needs=f"{multi_turn}.enable", problems=problems)
     _check_file(config, f"{ROLLOUT}.agent.agent_loop_config_path", needs=None, problems=problems)
@@ -40,6 +38,23 @@ def check_rollout_mode(config: DictConfig) -> list[ConfigProblem]:
     _check_choice(config, f"{multi_turn}.tool_response_truncate_side", TRUNCATE_SIDES, problems)
     _check_choice(config, f"{multi_turn}.tokenization_sanity_check_mode", SANITY_CHECK_MODES, problems)
     return problems
+
+
+def _check_server_mode(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    if not get(config, "data.return_raw_chat"):
+        problems.append(ConfigProblem("data.return_raw_chat", "server mode builds each prompt from the row's chat "
+                                      "messages, which the dataset returns only with return_raw_chat=True.",
+                                      "set data.return_raw_chat=True."))
+    name, tp = get(config, f"{ROLLOUT}.name"), get(config, f"{ROLLOUT}.tensor_model_parallel_size")
+    if name != "hf" and int(tp) > 1:
+        problems.append(ConfigProblem(f"{ROLLOUT}.tensor_model_parallel_size",
+                                      f"rollout.mode=async with rollout.name={name} serves one replica per rank in "
+                                      f"this version (got tensor_model_parallel_size={tp}).",
+                                      f"set {ROLLOUT}.tensor_model_parallel_size=1."))
+    workers = get(config, f"{ROLLOUT}.agent.num_workers")
+    if int(workers) < 1:
+        problems.append(ConfigProblem(f"{ROLLOUT}.agent.num_workers", f"{workers} agent-loop workers.",
+                                      "set it to 1 or more."))
 
 
 def _check_file(config: DictConfig, key: str, needs: str | None, problems: list[ConfigProblem]) -> None:

@@ -90,6 +90,17 @@ CASES = [
     (["actor_rollout_ref.rollout.mode=async"], "data.return_raw_chat", "data.return_raw_chat=True"),
     (["actor_rollout_ref.rollout.mode=server"], "actor_rollout_ref.rollout.mode", "('sync', 'async')"),
     (
+        ["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.name=vllm",
+         "actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "one replica per rank",
+    ),
+    (
+        ["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.agent.num_workers=0"],
+        "actor_rollout_ref.rollout.agent.num_workers",
+        "1 or more",
+    ),
+    (
         ["actor_rollout_ref.rollout.multi_turn.tool_config_path=/nonexistent/tools.yaml"],
         "actor_rollout_ref.rollout.multi_turn.tool_config_path",
         "multi_turn.enable=True",

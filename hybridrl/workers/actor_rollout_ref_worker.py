@@ -5,6 +5,7 @@ One class plays any combination of the three roles (verl's hybrid engine), chose
 RPC surface: DataProto in → actor / rollout / ref call → DataProto out.
 
     generate_sequences   prompts                      → responses, input_ids, ... (rollout handle)
+                         (``generate_sequences_nonblocking``: the same, enqueued; the async trainer modes)
     compute_log_prob     input_ids, responses, ...    → old_log_probs, entropys
     compute_ref_log_prob input_ids, responses, ...    → ref_log_prob
     update_actor         + advantages, old_log_probs  → meta_info["metrics"]
@@ -12,6 +13,7 @@ RPC surface: DataProto in → actor / rollout / ref call → DataProto out.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -203,6 +205,16 @@ class ActorRolloutRefWorker(Worker):
         with self._actor_on_device(with_optimizer=False):
             output = self.rollout.generate_sequences(prompts.to(current_device()))
         return output.to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def generate_sequences_nonblocking(self, prompts: DataProto) -> DataProto:
+        """``generate_sequences`` that the driver enqueues without waiting (it gets a DataProtoFuture): the async
+        trainer modes. Adds the worker-side wall span, ``async/rollout_{start,end}_unix`` in the metrics."""
+        start = time.time()
+        output = self.generate_sequences(prompts)
+        metrics = output.meta_info.setdefault("metrics", {})
+        metrics.update({"async/rollout_start_unix": start, "async/rollout_end_unix": time.time()})
+        return output
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:

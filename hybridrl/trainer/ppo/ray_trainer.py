@@ -49,6 +49,8 @@ from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from hybridrl.trainer.ppo import stages
+from hybridrl.trainer.ppo.async_pipeline import AsyncSettings
+from hybridrl.trainer.ppo.async_source import make_async_source
 from hybridrl.trainer.ppo.batch_collection import BatchCollector, OneGenerationBatch, Rollout
 from hybridrl.trainer.ppo.checkpointing import Checkpointer
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_kl_controller
@@ -114,7 +116,8 @@ class RayPPOTrainer:
         self.processor = processor
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
-        self._check_supported(config, role_worker_mapping)
+        self.async_settings = AsyncSettings.from_config(config.trainer)  # None: sync (verl 0.5's loop)
+        self._check_supported(config, role_worker_mapping, batch_collector)
         self.role_worker_mapping = role_worker_mapping
         self.resource_pool_manager = resource_pool_manager
         self.ray_worker_group_cls = ray_worker_group_cls
@@ -131,6 +134,7 @@ class RayPPOTrainer:
         self.global_steps = 0
         self.logger: Tracking | None = None
         self.workers: WorkerGroups | None = None
+        self.async_source = None  # colocate_async / separate_async: made by fit
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.settings = StepSettings.from_config(config, tokenizer)
         self.batch_collector: BatchCollector = batch_collector or OneGenerationBatch()
@@ -144,12 +148,19 @@ class RayPPOTrainer:
         )
         self.checkpointer = Checkpointer.from_config(config.trainer)
 
-    @staticmethod
-    def _check_supported(config: Any, role_worker_mapping: dict) -> None:
+    def _check_supported(self, config: Any, role_worker_mapping: dict, batch_collector: Any) -> None:
         if not config.actor_rollout_ref.hybrid_engine:
             raise ValueError("actor_rollout_ref.hybrid_engine=False is not supported: hybridrl runs the hybrid engine")
-        if Role.ActorRollout not in role_worker_mapping and Role.ActorRolloutRef not in role_worker_mapping:
+        separate = self.async_settings is not None and not self.async_settings.colocated
+        needed = (Role.Actor, Role.Rollout) if separate else (Role.ActorRollout, Role.ActorRolloutRef)
+        if separate and not all(role in role_worker_mapping for role in needed):
+            raise ValueError("trainer.v1.trainer_mode=separate_async needs Role.Actor and Role.Rollout in "
+                             "role_worker_mapping (the rollout on a pool of its own)")
+        if not separate and not any(role in role_worker_mapping for role in needed):
             raise ValueError("role_worker_mapping needs Role.ActorRollout or Role.ActorRolloutRef")
+        if self.async_settings is not None and batch_collector is not None:
+            raise ValueError(f"trainer.v1.trainer_mode={self.async_settings.mode} supplies each step's batch itself; "
+                             "a recipe's batch_collector (e.g. DAPO dynamic sampling) needs trainer_mode=sync")
 
     # ------------------------------------------------------------------ set-up
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
@@ -204,6 +215,8 @@ class RayPPOTrainer:
             init_kwargs[Role.RefPolicy] = {"config": self.config.actor_rollout_ref, "role": "ref", "plan": policy_plan}
         if self.use_rm:
             init_kwargs[Role.RewardModel] = {"config": self.config.reward_model, "plan": self.batch_plan.reward_model}
+        if Role.Rollout in self.role_worker_mapping:  # separate_async: the rollout's own workers
+            init_kwargs[Role.Rollout] = {"config": self.config.actor_rollout_ref, "role": "rollout", "plan": policy_plan}
         return init_kwargs
 
     def _worker_groups(self) -> WorkerGroups:
@@ -235,26 +248,46 @@ class RayPPOTrainer:
                 return val_metrics
         progress = StepProgress(self.total_training_steps, start_step=self.global_steps)
         steps_per_epoch = len(self.train_dataloader)
+        self._start_async_source()
         self.global_steps += 1
-        for _ in itertools.count():  # passes over the data; a resumed, exhausted epoch yields no batch and moves on
-            for batch_dict in self.train_dataloader:
-                metrics = self._train_step(batch_dict, epoch=(self.global_steps - 1) // steps_per_epoch)
-                if metrics is None:  # the batch collector needs more prompts for this step (DAPO dynamic sampling)
-                    continue
-                val_metrics = {k: v for k, v in metrics.items() if k.startswith("val-")} or val_metrics
-                self.logger.log(data=metrics, step=self.global_steps)
-                progress.update(self.global_steps, {k: metrics[k] for k in ("critic/score/mean",) if k in metrics})
-                if self.global_steps >= self.total_training_steps:
-                    print(f"[trainer] done. final validation: {json.dumps(val_metrics)}", flush=True)
-                    self.logger.finish()
-                    return val_metrics
-                self.global_steps += 1
+        for batch_dict in self._step_inputs():
+            metrics = self._train_step(batch_dict, epoch=(self.global_steps - 1) // steps_per_epoch)
+            if metrics is None:  # the batch collector needs more prompts for this step (DAPO dynamic sampling)
+                continue
+            val_metrics = {k: v for k, v in metrics.items() if k.startswith("val-")} or val_metrics
+            self.logger.log(data=metrics, step=self.global_steps)
+            progress.update(self.global_steps, {k: metrics[k] for k in ("critic/score/mean",) if k in metrics})
+            if self.global_steps >= self.total_training_steps:
+                print(f"[trainer] done. final validation: {json.dumps(val_metrics)}", flush=True)
+                self.logger.finish()
+                if self.async_source is not None:
+                    self.async_source.close()
+                return val_metrics
+            self.global_steps += 1
         raise AssertionError("unreachable")
 
-    def _train_step(self, batch_dict: dict, epoch: int) -> dict[str, Any] | None:
+    def _step_inputs(self) -> Any:
+        """Sync: the dataloader's batches, pass after pass (a resumed, exhausted epoch yields none and moves on).
+        Async modes: None per step (the async source draws its prompts ahead)."""
+        if self.async_source is not None:
+            yield from itertools.repeat(None)
+        for _ in itertools.count():
+            yield from self.train_dataloader
+
+    def _start_async_source(self) -> None:
+        """colocate_async / separate_async: the source of each step's batch, at the restored step (fit, after
+        the checkpoint is loaded: the dataloader state is restored before its first prompts are drawn)."""
+        if self.async_settings is None:
+            return
+        self.async_source = make_async_source(self.async_settings, self._worker_groups(), self.train_dataloader,
+                                              self.settings, self.reward_fn)
+        self.async_source.start(self.global_steps)
+
+    def _train_step(self, batch_dict: dict | None, epoch: int) -> dict[str, Any] | None:
         """One step; a failure is re-raised as a StageError naming the step and the stage it happened in."""
         try:
-            return self._run_step(DataProto.from_single_dict(batch_dict), epoch)
+            prompts = None if batch_dict is None else DataProto.from_single_dict(batch_dict)
+            return self._run_step(prompts, epoch)
         except StageError as error:
             if error.step is not None:
                 raise
@@ -262,15 +295,22 @@ class RayPPOTrainer:
         except Exception as error:
             raise StageError("step", f"{type(error).__name__}: {error}", step=self.global_steps) from error
 
-    def _run_step(self, prompts: DataProto, epoch: int) -> dict[str, Any] | None:
+    def _run_step(self, prompts: DataProto | None, epoch: int) -> dict[str, Any] | None:
         """collect → update → validate/save when due; the step's metrics, or None while collecting."""
         start = time.perf_counter()
         workers = self._worker_groups()
-        rollout = Rollout(workers, self.settings, self.reward_fn, self.global_steps)
-        batch, metrics = self.batch_collector.collect(prompts, rollout)
+        if self.async_source is None:
+            rollout = Rollout(workers, self.settings, self.reward_fn, self.global_steps)
+            batch, metrics = self.batch_collector.collect(prompts, rollout)
+        else:  # the batch generated ahead (staleness-checked) and scored
+            batch, metrics = self.async_source.next_batch(self.global_steps, self._next_barrier())
         if batch is None:
             return None
         batch, update_metrics = self.update_stage.run(batch, workers, self.global_steps)
+        if self.async_source is not None:
+            barrier = self._next_barrier() == self.global_steps
+            update_metrics = {**update_metrics,
+                              **self.async_source.after_update(self.global_steps, self._next_barrier(), barrier)}
         self._maybe_dump_rollout(batch)
         metrics = {**metrics, **update_metrics, **self._validate_and_save_if_due()}
         step_key = TIMING_PREFIX + "step"  # a collector may carry time spent on generation batches before this one
@@ -298,8 +338,19 @@ class RayPPOTrainer:
                 self._save_checkpoint()
         return metrics
 
-    def _due(self, freq: int, is_last_step: bool) -> bool:
-        return freq > 0 and (is_last_step or self.global_steps % freq == 0)
+    def _due(self, freq: int, is_last_step: bool, step: int | None = None) -> bool:
+        return freq > 0 and (is_last_step or (self.global_steps if step is None else step) % freq == 0)
+
+    def _next_barrier(self) -> int:
+        """The first step from the current one that saves or validates, or the last step: the async modes
+        enqueue no generation past it (exact resume; validation sees the current weights)."""
+        trainer_cfg, step = self.config.trainer, self.global_steps
+        while step < self.total_training_steps:
+            validates = self.val_reward_fn is not None and self._due(trainer_cfg.test_freq, False, step)
+            if validates or self._due(trainer_cfg.save_freq, False, step):
+                return step
+            step += 1
+        return self.total_training_steps
 
     def _maybe_dump_rollout(self, batch: DataProto) -> None:
         dump_dir = self.config.trainer.rollout_data_dir

@@ -48,7 +48,8 @@ from hybridrl.utils.metric import reduce_metrics
 from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 
 __all__ = [
-    "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "generate",
+    "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "finish_generation",
+    "generate", "prepare_generation",
     "align_rows", "old_log_prob", "ref_log_prob", "remax_baseline", "reward", "rollout_correction", "timed",
     "update_actor", "update_critic", "values", "with_row_columns",
 ]
@@ -142,26 +143,47 @@ def generate(
     ReMax (``settings.remax_baseline``) adds ``reward_baselines``: the reward (``reward_fn``) of each prompt's
     greedy response. ``gen_batch_index`` numbers the generation batches of one step (DAPO draws several).
     """
-    batch, metrics = _copy(prompts), {}
+    batch, gen_batch = prepare_generation(prompts, actor_rollout, settings, global_steps=global_steps,
+                                          gen_batch_index=gen_batch_index)
+    metrics: Metrics = {}
+    with timed("gen", metrics):
+        output = actor_rollout.generate_sequences(gen_batch.repeat(settings.rollout_n, interleave=True))
+    if settings.remax_baseline:
+        with timed("gen_max", metrics):
+            batch.batch["reward_baselines"] = remax_baseline(batch, gen_batch, actor_rollout, reward_fn)
+    return finish_generation(batch, output, settings, actor_rollout.world_size, metrics)
+
+
+def prepare_generation(
+    prompts: DataProto, rollout: Any, settings: StepSettings, *, global_steps: int, gen_batch_index: int = 0
+) -> tuple[DataProto, DataProto]:
+    """``(batch, gen_batch)``: the driver-side batch (+ ``uid`` per prompt; the rollout's keys popped) and what
+    the rollout is sent once repeated ``rollout.n`` times, interleaved (its meta_info seeds the sampling by
+    ``global_steps`` and ``gen_batch_index``)."""
+    batch = _copy(prompts)
     batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
     non_tensor_keys = [k for k in _GEN_NON_TENSOR_KEYS if k in batch.non_tensor_batch]
     gen_batch = with_row_columns(batch.pop(batch_keys=_GEN_TENSOR_KEYS, non_tensor_batch_keys=non_tensor_keys),
-                                 batch, actor_rollout)
+                                 batch, rollout)
     gen_batch.meta_info.update(  # per-call values only: the sampling parameters are the rollout's config
         eos_token_id=settings.eos_token_id, pad_token_id=settings.pad_token_id, do_sample=True,
         global_steps=global_steps, gen_batch_index=gen_batch_index,
     )
-    with timed("gen", metrics):
-        output = actor_rollout.generate_sequences(gen_batch.repeat(settings.rollout_n, interleave=True))
+    return batch, gen_batch
+
+
+def finish_generation(
+    batch: DataProto, output: DataProto, settings: StepSettings, world_size: int, metrics: Metrics | None = None
+) -> tuple[DataProto, Metrics]:
+    """Join the rollout's ``output`` to the driver-side ``batch`` of :func:`prepare_generation`: the rollout's
+    timing and metrics, the union, ``response_mask`` and the rows balanced over ``world_size`` actor ranks."""
+    metrics = dict(metrics or {})
     metrics.update(_timing(output.meta_info.pop("timing", {})))
     metrics.update(reduce_metrics(output.meta_info.pop("metrics", {})))
-    if settings.remax_baseline:
-        with timed("gen_max", metrics):
-            batch.batch["reward_baselines"] = remax_baseline(batch, gen_batch, actor_rollout, reward_fn)
     batch = align_rows(batch.repeat(settings.rollout_n, interleave=True), output).union(output)
     if "response_mask" not in batch.batch.keys():
         batch.batch["response_mask"] = compute_response_mask(batch)
-    batch, balance_metrics = finalize_rollout_batch(batch, actor_rollout.world_size, settings.balance_batch)
+    batch, balance_metrics = finalize_rollout_batch(batch, world_size, settings.balance_batch)
     return batch, {**metrics, **balance_metrics}
 
 

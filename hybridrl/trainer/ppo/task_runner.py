@@ -4,7 +4,9 @@ Roles and pools follow verl 0.5's ``main_ppo``: every role maps to ``global_pool
 (``[trainer.n_gpus_per_node] * trainer.nnodes`` devices; on CPU, worker processes). Split placement is
 selected in the config, no code: ``reward_model.enable_resource_pool`` puts the reward model on its own
 ``reward_pool`` (later verl's keys) and ``critic.enable_resource_pool`` the critic on ``critic_pool``, each
-sized ``[<section>.n_gpus_per_node] * <section>.nnodes``.
+sized ``[<section>.n_gpus_per_node] * <section>.nnodes``; ``trainer.v1.trainer_mode=separate_async`` puts the
+rollout (role "rollout") on ``rollout_pool`` (``actor_rollout_ref.rollout.nnodes / n_gpus_per_node``, verl 0.9)
+and the actor (role "actor") on ``global_pool``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
     policy_cls = AsyncActorRolloutRefWorker if config.actor_rollout_ref.rollout.mode == "async" else ActorRolloutRefWorker
     role_worker_mapping: dict[Any, Any] = {Role.ActorRollout: ray.remote(policy_cls)}
     mapping: dict[Any, str] = {Role.ActorRollout: global_pool}
+    if config.trainer.v1.trainer_mode == "separate_async":  # the rollout on a pool of its own (verl 0.9)
+        _split_rollout(config, role_worker_mapping, mapping, resource_pool_spec)
     if need_critic(config):
         role_worker_mapping[Role.Critic] = ray.remote(CriticWorker)
         mapping[Role.Critic] = _own_pool(config.critic, "critic_pool", resource_pool_spec) or global_pool
@@ -61,6 +65,20 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
         role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
         mapping[Role.RewardModel] = _own_pool(config.reward_model, "reward_pool", resource_pool_spec) or global_pool
     return role_worker_mapping, resource_pool_spec, mapping
+
+
+def _split_rollout(config: Any, role_worker_mapping: dict, mapping: dict, resource_pool_spec: dict) -> None:
+    """separate_async: the actor (role "actor") keeps ``global_pool``; rollout workers (role "rollout") get
+    ``rollout_pool``: ``[rollout.n_gpus_per_node] * rollout.nnodes``."""
+    from hybridrl.trainer.ppo.roles import Role
+
+    rollout = config.actor_rollout_ref.rollout
+    policy_cls = role_worker_mapping.pop(Role.ActorRollout)
+    del mapping[Role.ActorRollout]
+    role_worker_mapping[Role.Actor] = role_worker_mapping[Role.Rollout] = policy_cls
+    mapping[Role.Actor] = "global_pool"
+    mapping[Role.Rollout] = "rollout_pool"
+    resource_pool_spec["rollout_pool"] = [int(rollout.n_gpus_per_node)] * int(rollout.nnodes)
 
 
 def _own_pool(section: Any, name: str, resource_pool_spec: dict) -> str | None:

@@ -20,7 +20,7 @@ from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role
 __all__ = ["WorkerGroups", "actor_role", "create_worker_groups", "critic_has_own_pool"]
 
 # init_model order: the actor last, so its rollout engine sees the memory the other models left (verl).
-_INIT_ORDER = (Role.Critic, Role.RefPolicy, Role.RewardModel)
+_INIT_ORDER = (Role.Critic, Role.RefPolicy, Role.RewardModel, Role.Rollout)
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,16 @@ class WorkerGroups:
     rm: Any = None  # compute_rm_score
     # rollout.mode=async: the AgentLoopManager (server-mode rollout over actor_rollout's engines)
     rollout_manager: Any = None
+    # trainer.v1.trainer_mode=separate_async: the rollout workers on their own pool (role "rollout")
+    standalone_rollout: Any = None
 
     @property
     def rollout(self) -> Any:
-        """What answers ``generate_sequences``: the agent-loop manager in server mode, else the actor's group."""
-        return self.rollout_manager if self.rollout_manager is not None else self.actor_rollout
+        """What answers ``generate_sequences``: the agent-loop manager in server mode, the rollout's own group
+        under separate_async, else the actor's group."""
+        if self.rollout_manager is not None:
+            return self.rollout_manager
+        return self.standalone_rollout if self.standalone_rollout is not None else self.actor_rollout
 
     @property
     def use_critic(self) -> bool:
@@ -53,8 +58,12 @@ class WorkerGroups:
 
 
 def actor_role(role_worker_mapping: dict) -> Role:
-    """``Role.ActorRolloutRef`` when the mapping has it (the reference in the actor's process), else ``ActorRollout``."""
-    return Role.ActorRolloutRef if Role.ActorRolloutRef in role_worker_mapping else Role.ActorRollout
+    """``Role.ActorRolloutRef`` when the mapping has it (the reference in the actor's process), ``Role.Actor`` when
+    the rollout has workers of its own (separate_async), else ``ActorRollout``."""
+    for role in (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor):
+        if role in role_worker_mapping:
+            return role
+    return Role.ActorRollout
 
 
 def critic_has_own_pool(resource_pool_manager: Any) -> bool:
@@ -98,4 +107,4 @@ def create_worker_groups(
     actor.init_model()
     ref = spawned.get(str(Role.RefPolicy), actor if use_reference_policy else None)
     return WorkerGroups(actor_rollout=actor, critic=spawned.get(str(Role.Critic)), ref=ref,
-                        rm=spawned.get(str(Role.RewardModel)))
+                        rm=spawned.get(str(Role.RewardModel)), standalone_rollout=spawned.get(str(Role.Rollout)))

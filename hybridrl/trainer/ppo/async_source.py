@@ -1,0 +1,66 @@
+"""The async batch source of a trainer (``trainer.v1.trainer_mode``): launcher, weight pusher, prompt stream, and
+the sync step's generate / reward stages split around the enqueued generation."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hybridrl.protocol import DataProto
+from hybridrl.trainer.ppo import stages
+from hybridrl.trainer.ppo.async_pipeline import AsyncBatchSource, AsyncSettings
+from hybridrl.trainer.ppo.async_pipeline.launchers import WeightPusher, make_launcher
+from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StepSettings
+
+__all__ = ["StageFunctions", "make_async_source", "prompt_stream"]
+
+
+def prompt_stream(dataloader: Any) -> Iterator[DataProto]:
+    """The dataloader's batches over as many epochs as asked for (a restored dataloader resumes mid-epoch)."""
+    for _ in itertools.count():
+        for batch_dict in dataloader:
+            yield DataProto.from_single_dict(batch_dict)
+
+
+@dataclass(frozen=True)
+class StageFunctions:
+    """``stages.generate`` and ``stages.reward`` of the sync step, split around the enqueued generation."""
+
+    rollout: Any  # what generates (the agent-loop manager reads every column of its rows)
+    settings: StepSettings
+    reward_fn: Any
+    rm: Any  # reward-model group or None
+    actor_world_size: int  # rows are balanced over the actor's ranks
+
+    @property
+    def score_calls_workers(self) -> bool:
+        return self.rm is not None
+
+    def prepare(self, prompts: DataProto, launch_step: int, gen_batch_index: int) -> tuple[DataProto, DataProto]:
+        batch, gen_batch = stages.prepare_generation(prompts, self.rollout, self.settings, global_steps=launch_step,
+                                                     gen_batch_index=gen_batch_index)
+        return batch, gen_batch.repeat(self.settings.rollout_n, interleave=True)
+
+    def score(self, batch: DataProto, output: DataProto, wait_s: float) -> tuple[DataProto, dict[str, Any]]:
+        batch, gen_metrics = stages.finish_generation(batch, output, self.settings, self.actor_world_size,
+                                                      {TIMING_PREFIX + "gen": wait_s})
+        batch, reward_metrics = stages.reward(batch, self.reward_fn, rm=self.rm)
+        return batch, {**gen_metrics, **reward_metrics}
+
+
+def make_async_source(settings: AsyncSettings, workers: Any, dataloader: Any, step_settings: StepSettings,
+                      reward_fn: Any) -> AsyncBatchSource:
+    """colocate_async: generations on the actor's own group (hybrid engine); separate_async: on the rollout's
+    pool, with weight pushes from the actor."""
+    rollout = workers.rollout
+    pusher = None
+    if not settings.colocated:
+        if workers.standalone_rollout is None:
+            raise ValueError("trainer.v1.trainer_mode=separate_async needs a rollout worker group on its own pool "
+                             "(Role.Rollout in role_worker_mapping; main_ppo builds it from "
+                             "actor_rollout_ref.rollout.nnodes / n_gpus_per_node)")
+        pusher = WeightPusher(workers.actor_rollout, workers.standalone_rollout)
+    step = StageFunctions(rollout, step_settings, reward_fn, workers.rm, workers.actor_rollout.world_size)
+    return AsyncBatchSource(settings, make_launcher(rollout), prompt_stream(dataloader), step, pusher)

@@ -31,6 +31,7 @@ from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
 from hybridrl.workers.sharding_manager import build_rollout_handle
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, build_sp_group
+from hybridrl.workers.weight_transfer_methods import WeightTransferMethods
 
 __all__ = ["ActorRolloutRefWorker"]
 
@@ -38,7 +39,7 @@ __all__ = ["ActorRolloutRefWorker"]
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
 
-class ActorRolloutRefWorker(Worker):
+class ActorRolloutRefWorker(WeightTransferMethods, Worker):
     """Policy worker (verl 0.5 API).
 
     Args:
@@ -117,8 +118,10 @@ class ActorRolloutRefWorker(Worker):
             custom_chat_template=model_config.get("custom_chat_template"),
         )
         use_remove_padding = bool(model_config.use_remove_padding)
-        if self._is_actor or self._is_rollout:
+        if self._is_actor:
             self._build_actor(use_remove_padding)
+        elif self._is_rollout:  # rollout-only: no actor copy; the engine loads model.path, then takes pushed weights
+            self.hf_config = self._rollout_hf_config()
         if self._is_rollout:
             self.rollout = build_rollout_handle(
                 self.config.rollout,

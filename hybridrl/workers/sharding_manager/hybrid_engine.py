@@ -86,6 +86,8 @@ class RolloutHandle:
         self._stale = actor_module is not None
         self._base_synced = False  # adapter mode: the frozen base weights are loaded once
         self.last_sync_metrics: dict[str, float] = {}
+        # the version of the weights a rollout-only engine holds: 0 = model.path's, then each received package's
+        self.policy_version = 0
 
     @property
     def weights_stale(self) -> bool:

@@ -1,0 +1,59 @@
+"""Helpers of the weight-transfer tests: the tiny model's PPO config, worker groups on their own pools, prompts."""
+
+from __future__ import annotations
+
+from config_testlib import compose_config
+
+from hybridrl.protocol import DataProto
+from hybridrl.utils.torch_functional import compute_position_id_with_mask
+
+QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the sum of 7 and 8 and 9?"]
+
+
+def policy_config(model_dir: str, *extra: str):
+    """``actor_rollout_ref`` of the shipped YAML for the tiny model: hf engine, greedy-friendly short responses,
+    rollout log-probs on, 1 MB buckets (the smallest the key allows), TP 1."""
+    overrides = [
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.prompt_length=32",
+        "actor_rollout_ref.rollout.response_length=8",
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "data.train_batch_size=4",
+        *extra,
+    ]
+    config = compose_config("ppo_trainer", overrides)
+    return config.actor_rollout_ref
+
+
+def worker_group(ray, config, role: str, name: str, world_size: int = 1):
+    """An initialised ``ActorRolloutRefWorker`` group of ``role`` on a resource pool of its own: ``(pool, group)``."""
+    from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+    from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    pool = RayResourcePool([world_size], use_gpu=False, max_colocate_count=1, name_prefix=name)
+    cls = RayClassWithInitArgs(ray.remote(ActorRolloutRefWorker), config=config, role=role)
+    group = RayWorkerGroup(pool, cls, device_name="cpu", worker_env={"HYBRIDRL_DEVICE": "cpu"})
+    group.init_model()
+    return pool, group
+
+
+def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
+    """Chat-templated, left-padded ``input_ids/attention_mask/position_ids [B, P]``."""
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    mask = enc["attention_mask"]
+    tensors = {"input_ids": enc["input_ids"], "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
+    return DataProto.from_dict(tensors=tensors, meta_info=dict(meta))

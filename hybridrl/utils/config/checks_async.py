@@ -61,6 +61,11 @@ def _refused_with_async(config: DictConfig, mode: str) -> list[ConfigProblem]:
         problems.append(ConfigProblem("algorithm.adv_estimator", f"remax's greedy baseline is generated with the "
                                       f"trainer's weights at each step; {V1}.trainer_mode={mode} generates ahead.",
                                       f"use {V1}.trainer_mode=sync with remax."))
+    if get(config, "trainer.rollout_probs_diff_max_bound") is not None:
+        problems.append(ConfigProblem("trainer.rollout_probs_diff_max_bound", f"checks an on-policy weight sync; with "
+                                      f"{V1}.trainer_mode={mode} batches come from older weights by design, so the "
+                                      "rollout and training probabilities differ.",
+                                      "set it to null (training/rollout_probs_diff_* are still logged)."))
     if mode == "separate_async" and get(config, f"{ROLLOUT}.mode") == "async":
         problems.append(ConfigProblem(f"{ROLLOUT}.mode", f"the agent loop (rollout.mode=async) runs on the actor's "
                                       f"engines; {V1}.trainer_mode=separate_async is not implemented with it.",

@@ -56,6 +56,8 @@ def test_drop_with_more_batches_ahead_than_the_threshold_is_refused():
 def test_unsupported_combinations_are_refused():
     assert _keys(["trainer.v1.trainer_mode=colocate_async", "algorithm.adv_estimator=remax"]) == ["algorithm.adv_estimator"]
     assert _keys([*SEPARATE, "actor_rollout_ref.rollout.mode=async"]) == ["actor_rollout_ref.rollout.mode"]
+    assert _keys(["trainer.v1.trainer_mode=colocate_async", "trainer.rollout_probs_diff_max_bound=0.1"]) == [
+        "trainer.rollout_probs_diff_max_bound"]
     assert _keys(["trainer.v1.sampler.sync_refill_failed_groups=True"]) == ["trainer.v1.sampler.sync_refill_failed_groups"]
     assert _keys(["trainer.v1.sampler.custom_sampler.path=x.py"]) == ["trainer.v1.sampler.custom_sampler.path"]
 

@@ -64,5 +64,54 @@ def test_colocate_async_one_step_off_and_exact_resume(tiny_model_dir, arithmetic
 
 
 def _comparable(metrics: dict[str, float]) -> dict[str, float]:
-    """The deterministic part, less wall-clock async figures (idle times)."""
-    return {k: v for k, v in deterministic_part(metrics).items() if not k.endswith("_idle_s")}
+    """The deterministic part, less wall-clock figures (idle times) and the run counters that start again at a
+    resume (the staleness histogram and the dropped-batch count count since the process started)."""
+    counters = ("training/off_policy_versions/", "async/dropped_batches")
+    return {k: v for k, v in deterministic_part(metrics).items()
+            if not k.endswith("_idle_s") and not k.startswith(counters)}
+
+
+def test_separate_async_rollout_pool_pushes_and_drops(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    """separate_async: actor on 1 process, rollout on its own 1-process pool; pushes every 2 updates, threshold 1,
+    drop. By hand (tests/trainer/async_pipeline/test_schedule_on_cpu.py, drop case): step 3 drops the batch made
+    by version 0 and trains one made after push 2, so staleness is 0, 1, 0, 1 with one batch dropped; the last step
+    is a barrier, where the rollout gets version 4."""
+    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    args = _four_steps(tiny_model_dir, arithmetic_data_dir, ckpt, **{
+        "trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.parameter_sync_step": 2,
+        "trainer.v1.sampler.max_off_policy_threshold": 1, "trainer.total_training_steps": 4,
+        "trainer.test_freq": 4, "trainer.save_freq": 4, "trainer.n_gpus_per_node": 1,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 16,
+        "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 1})
+    proc = run_main_ppo(args, metrics_file)
+    assert proc.returncode == 0, failure_report(proc)
+    assert "[trainer] rollout_pool: rollout on 1 rank(s)" in proc.stdout + proc.stderr
+    metrics = read_metrics(metrics_file)
+    staleness = [metrics[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3, 4)]
+    assert staleness == [0.0, 1.0, 0.0, 1.0]
+    assert max(staleness) <= 1  # never over trainer.v1.sampler.max_off_policy_threshold
+    assert [metrics[s]["async/dropped_batches"] for s in (1, 2, 3, 4)] == [0, 0, 1, 1]
+    assert metrics[3]["training/off_policy/evicted_samples"] == 8
+    assert metrics[4]["async/rollout_version"] == 4
+    pushes = sum(metrics[s].get("rollout/weight_pushes", 0.0) for s in metrics)
+    assert pushes == 2  # after update 2 and at the barrier after update 4
+    assert metrics[4]["rollout/weight_sync_mb"] > 0
+    assert metrics[2]["async/rollout_idle_s"] >= 0
+    assert metrics[4]["actor/pg_loss"] == metrics[4]["actor/pg_loss"]  # trained (not NaN)
+
+
+def test_colocate_async_with_the_agent_loop(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    """rollout.mode=async (the AgentLoopManager, whose generate blocks: it runs on a driver thread). 3 steps, the
+    only barrier the last: staleness 0, 1, 1, and the rollout's log-probs come with every batch."""
+    metrics_file = str(tmp_path / "metrics.jsonl")
+    args = grpo_args(tiny_model_dir, arithmetic_data_dir, str(tmp_path / "ckpt"), **{
+        "trainer.v1.trainer_mode": "colocate_async", "actor_rollout_ref.rollout.mode": "async",
+        "actor_rollout_ref.rollout.agent.num_workers": 1, "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "data.return_raw_chat": True, "trainer.total_epochs": 2, "trainer.total_training_steps": 3,
+        "trainer.test_freq": -1, "trainer.save_freq": -1, "trainer.val_before_train": False})
+    proc = run_main_ppo(args, metrics_file)
+    assert proc.returncode == 0, failure_report(proc)
+    metrics = read_metrics(metrics_file)
+    assert [metrics[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
+    assert [metrics[s]["async/buffer_size"] for s in (1, 2, 3)] == [1, 1, 0]
+    assert all("training/rollout_probs_diff_mean" in metrics[s] for s in (1, 2, 3))

@@ -3,8 +3,9 @@
     training/off_policy/trajectory_staleness/{mean,max,min}   this step's batch (verl's name; one batch = one
                                                                version, so the three agree)
     training/off_policy/evicted_samples                       prompts dropped as too stale this step (verl's name)
-    training/off_policy_versions/staleness_<s>                batches trained so far at staleness s (histogram)
-    async/dropped_batches                                     batches dropped so far
+    training/off_policy_versions/staleness_<s>                batches trained at staleness s since the process
+                                                               started (histogram; a resumed run counts anew)
+    async/dropped_batches                                     batches dropped since the process started
     async/buffer_size                                         generations in flight while the step trains
     async/trainer_idle_s                                      seconds the driver waited for the step's batch
     async/rollout_idle_s                                      seconds the rollout sat idle before generating

@@ -27,6 +27,8 @@ The trainer owns its parts instead of inheriting them:
     update_stage     scored batch → updated models                    ppo_update.py (default: PPO's stages)
     validator        held-out generations → val-core/val-aux metrics  validation.py
     checkpointer     save / resume in verl's layout                   checkpointing.py
+    async_source     trainer.v1.trainer_mode=colocate_async |          async_source.py, async_pipeline/
+                     separate_async: batches generated ahead, in place of the batch collector (docs/async-training.md)
 
 Each stage is a function of ``stages.py`` that takes the batch and returns ``(batch, metrics)``. Recipes plug in
 parts: DAPO a dynamic-sampling batch collector, online DPO and SPIN a DPO update stage; ReMax's greedy baseline

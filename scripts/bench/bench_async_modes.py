@@ -52,6 +52,7 @@ def summarize_run(run: PPORun, idle_key: str) -> dict[str, object]:
         "wall_s_per_step": _median_after_first(run.train_step_seconds()),
         "gen_s_per_step": _median_after_first(run.series("timing_s/gen")),
         "update_actor_s_per_step": _median_after_first(run.series("timing_s/update_actor")),
+        "weight_publish_s_per_step": _median_after_first(run.series("async/weight_publish_s")),
         "max_staleness": max(staleness.values()) if staleness else 0,
         "run_wall_s": run.wall_s,
     }

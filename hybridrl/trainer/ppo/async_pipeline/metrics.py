@@ -10,6 +10,8 @@
     async/trainer_idle_s                                      seconds the driver waited for the step's batch
     async/rollout_idle_s                                      seconds the rollout sat idle before generating
                                                                this batch (worker-side timestamps)
+    async/weight_publish_s                                    separate_async: seconds the driver waited for the
+                                                               actor to publish its weights (the load is queued)
     async/trainer_version, async/rollout_version              the clock after the step
 """
 

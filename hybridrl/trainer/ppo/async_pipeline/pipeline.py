@@ -104,14 +104,18 @@ class AsyncBatchSource:
         """Count the update; push weights when due (and at a barrier); enqueue held-back generations."""
         push_due = self.clock.after_update(self.settings)
         behind = self.clock.rollout_version != self.clock.trainer_version
+        metrics: dict[str, Any] = {}
         if self.pusher is not None and (push_due or (barrier and behind)):
-            self.pusher.push(self.clock.trainer_version)
+            start = time.perf_counter()
+            self.pusher.push(self.clock.trainer_version)  # blocks while the actor publishes; the load is queued
+            metrics[PREFIX + "weight_publish_s"] = time.perf_counter() - start
             self.clock.rollout_version = self.clock.trainer_version
         self._fill(step, last_step, head_taken=True)
         if barrier and len(self.buffer):
             raise RuntimeError(f"internal: {len(self.buffer)} generation(s) in flight at barrier step {step}")
-        pushed = self.pusher.finished_metrics(wait=barrier) if self.pusher is not None else {}
-        return {**pushed, PREFIX + "trainer_version": self.clock.trainer_version,
+        if self.pusher is not None:
+            metrics.update(self.pusher.finished_metrics(wait=barrier))
+        return {**metrics, PREFIX + "trainer_version": self.clock.trainer_version,
                 PREFIX + "rollout_version": self.clock.rollout_version}
 
     def close(self) -> None:

@@ -14,24 +14,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from config_testlib import compose_section
-from rollout_testlib import build_handle, make_prompts
-
-from hybridrl.workers.actor import DataParallelPPOActor
+from rollout_testlib import actor_log_probs, build_handle, make_prompts
 
 ENGINES = ["hf", "hf_generate"]
 RESPONSE_LENGTH = 8
 TOLERANCE = 1e-4
-
-
-def _actor_log_probs(model, output, temperature: float) -> torch.Tensor:
-    """The trainer's log-probs ``[B, R]`` of the generated responses (``compute_log_prob`` at ``temperature``)."""
-    config = compose_section("actor_rollout_ref.actor", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4)
-    actor = DataParallelPPOActor(config, model, temperature=temperature)
-    batch = output.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses"])
-    batch.meta_info.update(micro_batch_size=4, use_dynamic_bsz=False, max_token_len=4096)
-    log_probs, _ = actor.compute_log_prob(batch)
-    return log_probs
 
 
 @pytest.mark.parametrize("name", ENGINES)
@@ -45,11 +32,11 @@ def test_rollout_log_probs_equal_the_actors_at_the_sampling_temperature(
     )
     out = handle.generate_sequences(make_prompts(tokenizer))
     mask = out.batch["attention_mask"][:, -RESPONSE_LENGTH:].bool()
-    expected = _actor_log_probs(actor, out, temperature)
+    expected = actor_log_probs(actor, out, temperature)
     got = out.batch["rollout_log_probs"]
     torch.testing.assert_close(got[mask], expected[mask], atol=TOLERANCE, rtol=0)
     # and not the truncated (renormalised) distribution nor T = 1: those differ by far more than the tolerance
-    assert (got[mask] - _actor_log_probs(actor, out, 1.0)[mask]).abs().max() > 100 * TOLERANCE
+    assert (got[mask] - actor_log_probs(actor, out, 1.0)[mask]).abs().max() > 100 * TOLERANCE
 
 
 @pytest.mark.parametrize("name", ENGINES)
@@ -58,5 +45,30 @@ def test_greedy_validation_log_probs_are_at_temperature_one(tiny_model_dir, toke
     out = handle.generate_sequences(make_prompts(tokenizer, validate=True))  # val_kwargs: do_sample False
     mask = out.batch["attention_mask"][:, -RESPONSE_LENGTH:].bool()
     torch.testing.assert_close(
-        out.batch["rollout_log_probs"][mask], _actor_log_probs(actor, out, 1.0)[mask], atol=TOLERANCE, rtol=0
+        out.batch["rollout_log_probs"][mask], actor_log_probs(actor, out, 1.0)[mask], atol=TOLERANCE, rtol=0
     )
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p", "mode"),
+    [
+        (0.7, -1, 1.0, "processed_logprobs"),  # no truncation: log_softmax(logits / T), exact
+        (1.3, -1, 1.0, "processed_logprobs"),
+        (1.0, 20, 1.0, "raw_logprobs"),  # truncation at T = 1: raw = untruncated log_softmax(logits), exact
+        (1.0, -1, 0.9, "raw_logprobs"),
+        (0.7, 20, 0.9, "processed_logprobs"),  # no vLLM mode is exact here: the truncated value, with a warning
+    ],
+)
+def test_vllm_logprobs_mode_follows_the_training_sampling(temperature, top_k, top_p, mode):
+    import warnings
+
+    from rollout_testlib import rollout_config
+
+    from hybridrl.workers.rollout.vllm_rollout import vllm_logprobs_mode
+
+    cfg = rollout_config(name="vllm", temperature=temperature, top_k=top_k, top_p=top_p)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert vllm_logprobs_mode(cfg) == mode
+    warned = any("truncated distribution" in str(w.message) for w in caught)
+    assert warned == (mode == "processed_logprobs" and (top_k > 0 or top_p < 1.0))

@@ -72,3 +72,26 @@ def test_vllm_logprobs_mode_follows_the_training_sampling(temperature, top_k, to
         assert vllm_logprobs_mode(cfg) == mode
     warned = any("truncated distribution" in str(w.message) for w in caught)
     assert warned == (mode == "processed_logprobs" and (top_k > 0 or top_p < 1.0))
+
+
+def test_continuous_batching_rows_report_untruncated_log_probs_at_their_own_temperature():
+    """hf async server (``hf_batcher.sample_rows``): rows with different temperature/top-k/top-p in one batch."""
+    from types import SimpleNamespace
+
+    from hybridrl.workers.rollout.async_server.hf_batcher import sample_rows
+    from hybridrl.workers.rollout.sampling import SamplingParams
+
+    def row(temperature: float, top_k: int, top_p: float):
+        sampling = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, do_sample=temperature > 0, max_new_tokens=4, n=1,
+            ignore_eos=False, eos_token_ids=(0,), pad_token_id=0, calculate_log_probs=True,
+        )
+        return SimpleNamespace(request=SimpleNamespace(params=SimpleNamespace(sampling=sampling)), generator=None)
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
+    rows = [row(0.7, 3, 1.0), row(1.3, -1, 0.5), row(0.0, -1, 1.0)]  # T_lp: 0.7, 1.3, greedy → 1
+    tokens, log_probs = sample_rows(logits, rows, torch.Generator().manual_seed(1))
+    expected = [torch.log_softmax(logits[i] / t, -1)[tokens[i]] for i, t in enumerate((0.7, 1.3, 1.0))]
+    torch.testing.assert_close(log_probs, torch.stack(expected), atol=1e-6, rtol=0)
+    assert int(tokens[0]) in logits[0].topk(3).indices.tolist()  # top-k shaped the sampling
+    assert int(tokens[2]) == int(logits[2].argmax())

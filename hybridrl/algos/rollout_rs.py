@@ -55,7 +55,8 @@ def _statistic(option: RSOption, per_token: torch.Tensor, response_mask: torch.T
 def _option_metrics(
     option: RSOption, stat: torch.Tensor, keep: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """``rollout_rs_<option>_*``: the statistic's mean/max/min, shares above/below the bounds, shares masked."""
+    """``rollout_rs_<option>_*``: the statistic's mean/max/min/std, shares above/below the bounds, the per-sequence
+    ``_seq_*`` statistics, shares masked (verl 0.9's names)."""
     prefix = f"rollout_rs_{option.name}"
     seq_valid = response_mask.sum(dim=-1) > 0
     # a sequence statistic has one value per non-empty sequence; its mean is token-weighted (verl)
@@ -65,16 +66,53 @@ def _option_metrics(
     low = (values < option.lower).float().mean().item() if option.lower is not None else 0.0
     token_keep = keep if keep.dim() == 2 else keep.unsqueeze(-1).expand_as(response_mask)
     rejected_in_seq = (~token_keep & response_mask.bool()).any(dim=-1)
+    # one value per non-empty sequence: the statistic itself, or a token statistic's per-sequence mean
+    seq_values = stat if stat.dim() == 1 else verl_F.masked_mean(stat, response_mask, axis=-1)
     return {
         f"{prefix}_mean": verl_F.masked_mean(per_token, response_mask).item(),
         f"{prefix}_max": values.max().item(),
         f"{prefix}_min": values.min().item(),
         f"{prefix}_fraction_high": high,
         f"{prefix}_fraction_low": low,
+        f"{prefix}_std": _clamped_std(per_token, response_mask, option),
+        **_sequence_metrics(prefix, seq_values[seq_valid], option),
         f"{prefix}_masked_fraction": verl_F.masked_mean((~token_keep).float(), response_mask).item(),
         f"{prefix}_seq_masked_fraction": (rejected_in_seq & seq_valid).float().sum().item()
         / max(int(seq_valid.sum()), 1),
     }
+
+
+def _clamped_std(per_token: torch.Tensor, response_mask: torch.Tensor, option: RSOption) -> float:
+    """Token-weighted std of the statistic clamped to [lower (0 for k2/k3), upper], as verl (outliers bounded).
+
+    std = sqrt(max(mean(s²) − mean(s)², 0)) over valid tokens; 0 with at most one valid token.
+    """
+    if response_mask.sum() <= 1:
+        return 0.0
+    clamped = per_token.clamp(min=option.lower if option.lower is not None else 0.0, max=option.upper)
+    mean = verl_F.masked_mean(clamped, response_mask)
+    variance = verl_F.masked_mean(clamped.square(), response_mask) - mean.square()
+    return variance.clamp(min=0.0).sqrt().item()
+
+
+def _sequence_metrics(prefix: str, seq_values: torch.Tensor, option: RSOption) -> dict[str, float]:
+    """``<prefix>_seq_*``: mean, std (unbiased), max, min, max |value|, shares above/below the bounds of the
+    per-sequence values ``[S]`` (non-empty sequences only); ``_seq_fraction_low`` only for options with a lower
+    bound (k1), as verl."""
+    if seq_values.numel() == 0:
+        names = ("mean", "std", "max", "min", "max_deviation", "fraction_high", "fraction_low")
+        return {f"{prefix}_seq_{name}": 0.0 for name in names}
+    metrics = {
+        f"{prefix}_seq_mean": seq_values.mean().item(),
+        f"{prefix}_seq_std": seq_values.std().item() if seq_values.numel() > 1 else 0.0,
+        f"{prefix}_seq_max": seq_values.max().item(),
+        f"{prefix}_seq_min": seq_values.min().item(),
+        f"{prefix}_seq_max_deviation": seq_values.abs().max().item(),  # deviation from 0, the on-policy value
+        f"{prefix}_seq_fraction_high": (seq_values > option.upper).float().mean().item(),
+    }
+    if option.lower is not None:
+        metrics[f"{prefix}_seq_fraction_low"] = (seq_values < option.lower).float().mean().item()
+    return metrics
 
 
 def compute_rejection_mask(

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from hybridrl.utils.config.access import MODEL, ROLLOUT, get
 from hybridrl.utils.config.errors import ConfigProblem
 
-ROLLOUT_ENGINES = {"hf": None, "vllm": "vllm", "sglang": "sglang"}  # name -> module that must be importable
+ROLLOUT_ENGINES = {"hf": None, "hf_generate": None, "vllm": "vllm", "sglang": "sglang"}  # name -> module to import
 DEVICES = ("cuda", "cpu")
 
 
@@ -21,7 +21,9 @@ def check_environment(config: DictConfig, use_critic: bool) -> list[ConfigProble
     problems: list[ConfigProblem] = []
     device = get(config, "trainer.device")
     _check_device(config, device, problems)
-    _check_rollout_engine(get(config, f"{ROLLOUT}.name"), device, problems)
+    # an engine name of its own is fine when model.external_lib may register it (rollout.register_rollout)
+    custom_engines_possible = get(config, f"{MODEL}.external_lib") is not None
+    _check_rollout_engine(get(config, f"{ROLLOUT}.name"), device, problems, custom_engines_possible)
     for key in ("data.train_files", "data.val_files"):
         _check_data_files(key, get(config, key), problems)
     _check_model_path(f"{MODEL}.path", get(config, f"{MODEL}.path"), problems)
@@ -70,8 +72,12 @@ def _check_device(config: DictConfig, device: object, problems: list[ConfigProbl
         )
 
 
-def _check_rollout_engine(name: object, device: object, problems: list[ConfigProblem]) -> None:
+def _check_rollout_engine(
+    name: object, device: object, problems: list[ConfigProblem], custom_engines_possible: bool
+) -> None:
     key = f"{ROLLOUT}.name"
+    if name not in ROLLOUT_ENGINES and custom_engines_possible:
+        return  # the worker's build_rollout names the registered engines if the external lib did not add it
     if name not in ROLLOUT_ENGINES:
         problems.append(
             ConfigProblem(

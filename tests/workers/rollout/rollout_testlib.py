@@ -75,3 +75,16 @@ def forward_log_probs(model, output: DataProto, temperature: float) -> torch.Ten
         ).logits.float()
     logits = logits[:, -response_length - 1 : -1] / temperature
     return torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def actor_log_probs(model, output: DataProto, temperature: float) -> torch.Tensor:
+    """The trainer's log-probs ``[B, R]`` of the generated responses: ``DataParallelPPOActor.compute_log_prob``
+    (the code the FSDP worker runs, here on the plain module) at ``temperature``."""
+    from hybridrl.workers.actor import DataParallelPPOActor
+
+    config = compose_section("actor_rollout_ref.actor", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=4)
+    actor = DataParallelPPOActor(config, model, temperature=temperature)
+    batch = output.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses"])
+    batch.meta_info.update(micro_batch_size=4, use_dynamic_bsz=False, max_token_len=4096)
+    log_probs, _ = actor.compute_log_prob(batch)
+    return log_probs

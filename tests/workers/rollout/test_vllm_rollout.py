@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
 import torch
-from rollout_testlib import forward_log_probs, make_prompts, model_config, rollout_config
+from rollout_testlib import actor_log_probs, forward_log_probs, make_prompts, model_config, rollout_config
 
 from hybridrl.workers.sharding_manager import WeightSyncError
 
@@ -75,12 +76,34 @@ def test_vllm_eos_and_response_length(vllm_handle, tokenizer):
     assert short.batch["responses"].shape[1] == 3
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
 def test_vllm_log_probs_match_a_full_forward(vllm_handle, tokenizer, vllm_actor, temperature):
+    """processed_logprobs without truncation = log_softmax(logits / T): the trainer's compute_log_prob (1e-4, fp32)."""
     out = vllm_handle.generate_sequences(make_prompts(tokenizer, temperature=temperature))
     mask = out.batch["attention_mask"][:, -8:].bool()
     expected = forward_log_probs(vllm_actor, out, temperature)
     torch.testing.assert_close(out.batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=1e-4)
+    trainer = actor_log_probs(vllm_actor, out, temperature)
+    torch.testing.assert_close(out.batch["rollout_log_probs"][mask], trainer[mask], atol=1e-4, rtol=0)
+
+
+def test_vllm_truncated_sampling_at_temperature_one_reports_untruncated_log_probs(tiny_model_dir, tokenizer, vllm_actor):
+    """top-k on at T = 1: the engine runs with raw_logprobs, so top-k shapes the sampling, not the value."""
+    from hybridrl.workers.sharding_manager import build_rollout_handle
+
+    cfg = rollout_config(
+        name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=64, top_k=5
+    )
+    handle = build_rollout_handle(
+        cfg, model_config(tiny_model_dir), tokenizer=tokenizer, hf_config=vllm_actor.config,
+        actor_module=vllm_actor, device_name="cpu",
+    )
+    out = handle.generate_sequences(make_prompts(tokenizer))
+    mask = out.batch["attention_mask"][:, -8:].bool()
+    got = out.batch["rollout_log_probs"][mask]
+    torch.testing.assert_close(got, actor_log_probs(vllm_actor, out, 1.0)[mask], atol=1e-4, rtol=0)
+    # this near-uniform 512-token model: untruncated ≈ log(1/512) = −6.2; top-5 renormalised would be ≈ log(1/5) = −1.6
+    assert got.max() < math.log(1 / 50)
 
 
 def test_vllm_follows_actor_update_and_verification_catches_skipped_sync(vllm_handle, tokenizer, vllm_actor):

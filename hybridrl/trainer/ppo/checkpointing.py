@@ -7,7 +7,7 @@
         data.json + data.safetensors         StatefulDataLoader state
         trainer_state.json + .safetensors    hybridrl addition: KL controller value, driver RNG states
 
-The driver's files are JSON + safetensors (:mod:`hybridrl.utils.checkpoint.safe_state`): loading them runs
+The driver's files are JSON + safetensors (:mod:`hybridrl.utils.safe_state`): loading them runs
 no code, so a crafted checkpoint folder cannot execute anything on resume. Checkpoints of earlier hybridrl
 versions hold pickles instead (``data.pt``, ``trainer_state.pt``); they are refused unless
 ``trainer.allow_legacy_pickle_checkpoint=true`` (a warning; the next save writes the safe format).
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
-from hybridrl.utils.checkpoint.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
+from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from config_testlib import compose_config
 from hybridrl.trainer.ppo.checkpointing import Checkpointer, CheckpointError
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
-from hybridrl.utils.checkpoint.safe_state import save_state
+from hybridrl.utils.safe_state import save_state
 
 
 class RunsShellCommand:

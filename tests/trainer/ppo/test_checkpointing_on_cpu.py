@@ -16,7 +16,7 @@ from hybridrl.trainer.ppo.checkpointing import Checkpointer, CheckpointError
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
-from hybridrl.utils.checkpoint.safe_state import save_state
+from hybridrl.utils.safe_state import save_state
 from tests.recipes.fakes import common_overrides, make_trainer
 
 

@@ -88,3 +88,18 @@ def test_token_auth_is_generated_per_run_and_an_explicit_user_mode_is_kept(monke
     monkeypatch.setenv("RAY_AUTH_TOKEN", "my-own-token")  # a token the user set is kept
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert ray_security.enable_local_token_auth() == "my-own-token"
+
+
+def test_loopback_only_node_resolves_loopback_inside_and_restores_after(monkeypatch):
+    import ray
+    from ray._private import ray_constants, services
+
+    from hybridrl.utils.ray_security import loopback_only_node
+
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    with loopback_only_node():
+        assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # for the daemons ray.init starts
+        if not ray.is_initialized():  # (an initialized process answers with its node's address)
+            assert services.get_node_ip_address() == "127.0.0.1"
+    assert ray_constants.ENABLE_RAY_CLUSTER == before and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ

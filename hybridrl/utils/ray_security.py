@@ -36,7 +36,7 @@ _generated_token: str | None = None
 def ray_supports_token_auth() -> bool:
     """True if the installed Ray has token authentication (``ray._raylet.AuthenticationTokenLoader``)."""
     try:
-        from ray._raylet import AuthenticationTokenLoader  # noqa: F401
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -74,7 +74,7 @@ def enable_local_token_auth() -> str | None:
 
 def _refresh_ray_auth_caches() -> None:
     """Make this process see the new mode and token (Ray caches both on first use)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
-from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
+from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
 
 logger = logging.getLogger(__name__)
 

@@ -374,14 +374,14 @@ class DataProto:
         self.batch = deserialize_tensordict(encoded_batch)
 
     def save_to_disk(self, filepath: str) -> None:
-        """Pickle to ``filepath`` (verl's format)."""
+        """Write to ``filepath`` as safetensors + JSON (no pickle, unlike verl); see serialization.py."""
         save_to_disk(self, filepath)
 
     @staticmethod
-    def load_from_disk(filepath: str) -> DataProto:
-        """Read a file written by :meth:`save_to_disk` (it is a pickle: trusted files only)."""
-        data: DataProto = load_from_disk(filepath)
-        return data
+    def load_from_disk(filepath: str, allow_pickle: bool = False) -> DataProto:
+        """Read :meth:`save_to_disk`'s file (no code runs); ``allow_pickle``: an old pickle you wrote yourself."""
+        parts = load_from_disk(filepath, allow_pickle=allow_pickle)
+        return parts if isinstance(parts, DataProto) else DataProto(*parts)  # (batch, non_tensor_batch, meta_info)
 
     def print_size(self, prefix: str = "") -> None:
         """Print the GB held by ``batch`` and by ``non_tensor_batch``."""

@@ -1,11 +1,12 @@
 """Starting or joining Ray for hybridrl (``ray_init.*`` config section).
 
-Local cluster (no ``ray_init.address`` and no ``RAY_ADDRESS``): token auth off
-(``RAY_AUTH_MODE=disabled``), dashboard bound to 127.0.0.1 and off unless
-``ray_init.include_dashboard=true``, and — on ``trainer.device=cpu`` — more logical CPUs than
-cores, so that placement-group bundles, colocated actors and the TaskRunner always fit on a
-2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides).
-Existing cluster (``ray_init.address=auto`` or ``ray://…``): joined as is.
+Local cluster (no ``ray_init.address`` and no ``RAY_ADDRESS``): see :mod:`hybridrl.utils.ray_security`
+(every Ray server bound to 127.0.0.1, token authentication with a token generated per run), dashboard
+bound to 127.0.0.1 and off unless ``ray_init.include_dashboard=true``, and — on ``trainer.device=cpu`` —
+more logical CPUs than cores, so that placement-group bundles, colocated actors and the TaskRunner
+always fit on a 2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides).
+Existing cluster (``ray_init.address=auto`` or ``ray://…``): joined as is (securing it is the
+cluster owner's job: docs/security.md).
 
 Also verl's helpers of this module: ``parallel_put`` (``ray.put`` from a thread pool, order kept) and
 ``ray_noset_visible_devices``.
@@ -17,6 +18,8 @@ import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from hybridrl.utils.ray_security import enable_local_token_auth, loopback_only_node
 
 # Logical CPUs a local CPU-device cluster advertises at least: room for 2 workers × max_colocate_count
 # bundles, the TaskRunner and tests' extra pools; real parallelism is still bounded by the cores.
@@ -46,7 +49,6 @@ def ray_init_kwargs(
     runtime_env = {"env_vars": {**(env_vars or {})}}
     if address:
         return {"address": address, "runtime_env": runtime_env}
-    runtime_env["env_vars"].setdefault("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE", "disabled"))
     num_cpus = _get(ray_init_cfg, "num_cpus")
     if num_cpus is None:
         floor = max(MIN_LOCAL_LOGICAL_CPUS if device == "cpu" else 0, min_num_cpus or 0)
@@ -76,10 +78,12 @@ def init_ray(
     kwargs = ray_init_kwargs(ray_init_cfg, device, env_vars, min_num_cpus)
     if ray.is_initialized():
         return kwargs
-    if kwargs.get("address") == "local":
-        # the local daemons inherit this process's environment: no auth token files, no auth warning
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(**kwargs)
+    if kwargs.get("address") != "local":
+        ray.init(**kwargs)
+        return kwargs
+    enable_local_token_auth()  # the daemons and workers inherit this process's environment
+    with loopback_only_node():
+        ray.init(**kwargs)
     return kwargs
 
 

@@ -19,7 +19,7 @@ def test_local_cpu_cluster_gets_enough_logical_cpus_and_a_private_dashboard(monk
     assert kwargs["num_cpus"] == MIN_LOCAL_LOGICAL_CPUS  # 2 cores, but colocated actors must fit
     assert kwargs["include_dashboard"] is False and kwargs["dashboard_host"] == "127.0.0.1"
     assert kwargs["runtime_env"]["env_vars"]["A"] == "1"
-    assert kwargs["runtime_env"]["env_vars"]["RAY_AUTH_MODE"] in ("disabled", os.environ.get("RAY_AUTH_MODE"))
+    assert "RAY_AUTH_MODE" not in kwargs["runtime_env"]["env_vars"]  # auth is set in init_ray's environment
     assert ray_init_kwargs({"num_cpus": 4}, "cpu")["num_cpus"] == 4  # an explicit ray_init.num_cpus wins
     assert ray_init_kwargs(None, "cpu", min_num_cpus=40)["num_cpus"] == 40
     assert "num_cpus" not in ray_init_kwargs({"num_cpus": None}, "cuda")  # GPU box: Ray counts its cores
@@ -67,3 +67,39 @@ def test_ray_noset_visible_devices():
     assert not ray_noset_visible_devices({})
     assert not ray_noset_visible_devices({"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": ""})
     assert ray_noset_visible_devices({"RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES": "1"})
+
+
+def test_token_auth_is_generated_per_run_and_an_explicit_user_mode_is_kept(monkeypatch):
+    from hybridrl.utils import ray_security
+
+    refreshed = []
+    monkeypatch.setattr(ray_security, "_refresh_ray_auth_caches", lambda: refreshed.append(True))
+    monkeypatch.setattr(ray_security, "_generated_token", None)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the user's explicit choice is respected
+    assert ray_security.enable_local_token_auth() is None and os.environ["RAY_AUTH_MODE"] == "disabled"
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    if not ray_security.ray_supports_token_auth():
+        pytest.skip("the installed Ray has no token auth")
+    first = ray_security.enable_local_token_auth()
+    assert os.environ["RAY_AUTH_MODE"] == "token" and os.environ["RAY_AUTH_TOKEN"] == first and len(first) == 64
+    second = ray_security.enable_local_token_auth()  # a later run in the same process: a new token
+    assert second != first and os.environ["RAY_AUTH_TOKEN"] == second and len(refreshed) == 2
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "my-own-token")  # a token the user set is kept
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert ray_security.enable_local_token_auth() == "my-own-token"
+
+
+def test_loopback_only_node_resolves_loopback_inside_and_restores_after(monkeypatch):
+    import ray
+    from ray._private import ray_constants, services
+
+    from hybridrl.utils.ray_security import loopback_only_node
+
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    with loopback_only_node():
+        assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # for the daemons ray.init starts
+        if not ray.is_initialized():  # (an initialized process answers with its node's address)
+            assert services.get_node_ip_address() == "127.0.0.1"
+    assert ray_constants.ENABLE_RAY_CLUSTER == before and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ

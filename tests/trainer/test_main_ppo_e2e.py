@@ -35,7 +35,8 @@ VERL_METRICS = [
 def _assert_checkpoint(ckpt: str, step: int, world_size: int = 2, roles=("actor",)) -> None:
     assert open(os.path.join(ckpt, "latest_checkpointed_iteration.txt")).read().strip() == str(step)
     folder = os.path.join(ckpt, f"global_step_{step}")
-    assert os.path.exists(os.path.join(folder, "data.pt"))
+    assert os.path.exists(os.path.join(folder, "data.json")) and os.path.exists(os.path.join(folder, "data.safetensors"))
+    assert not os.path.exists(os.path.join(folder, "data.pt"))  # no pickle written
     for role in roles:
         files = set(os.listdir(os.path.join(folder, role)))
         for rank in range(world_size):

@@ -4,12 +4,18 @@
       latest_checkpointed_iteration.txt      written last, atomically: a crash mid-save is never resumed from
       global_step_{N}/
         actor/  critic/                      written by the workers (FSDPCheckpointManager)
-        data.pt                              StatefulDataLoader state
-        trainer_state.pt                     hybridrl addition: KL controller value, driver RNG states
+        data.json + data.safetensors         StatefulDataLoader state
+        trainer_state.json + .safetensors    hybridrl addition: KL controller value, driver RNG states
+
+The driver's files are JSON + safetensors (:mod:`hybridrl.utils.safe_state`): loading them runs
+no code, so a crafted checkpoint folder cannot execute anything on resume. Checkpoints of earlier hybridrl
+versions hold pickles instead (``data.pt``, ``trainer_state.pt``); they are refused unless
+``trainer.allow_legacy_pickle_checkpoint=true`` (a warning; the next save writes the safe format).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from typing import Any
@@ -19,20 +25,19 @@ import torch
 
 from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
+from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
+
+logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
-TRAINER_STATE_FILE = "trainer_state.pt"
-DATALOADER_STATE_FILE = "data.pt"
+TRAINER_STATE = "trainer_state"  # file prefix: trainer_state.json + trainer_state.safetensors
+DATALOADER_STATE = "data"  # file prefix: data.json + data.safetensors
+LEGACY_SUFFIX = ".pt"  # earlier hybridrl versions: data.pt / trainer_state.pt, pickles
+LEGACY_OPT_IN_KEY = "trainer.allow_legacy_pickle_checkpoint"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint folder that cannot be resumed from (incomplete, corrupt or mismatched)."""
-
-
-def _atomic_torch_save(obj: Any, path: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """A checkpoint folder that cannot be resumed from (incomplete, corrupt, mismatched or unsafe)."""
 
 
 def _atomic_write_text(path: str, text: str) -> None:
@@ -65,20 +70,48 @@ def _set_driver_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def _load_driver_file(folder: str, name: str) -> Any:
-    """``torch.load`` a driver file; an unreadable (truncated, corrupt) one is a CheckpointError naming it.
+def _corrupt(path: str, error: Exception) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is corrupt ({type(error).__name__}: {error}). Resume from an earlier step with "
+        "trainer.resume_mode=resume_path trainer.resume_from_path=<folder>, or start over with "
+        "trainer.resume_mode=disable"
+    )
 
-    ``weights_only=False``: the files hold numpy RNG state and sampler state written by this trainer itself.
-    """
-    path = os.path.join(folder, name)
+
+def _has_driver_state(folder: str, prefix: str) -> bool:
+    """The safe pair, or an earlier version's pickle, exists for ``prefix``."""
+    return state_exists(os.path.join(folder, prefix)) or os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX))
+
+
+def _load_legacy_pickle(path: str, allow_legacy_pickle: bool) -> Any:
+    """An earlier hybridrl version's pickle: refused unless the user opted in (it can run any code)."""
+    if not allow_legacy_pickle:
+        raise CheckpointError(
+            f"{path} is a pickle (the format of hybridrl's earlier checkpoints); loading a pickle can run "
+            "arbitrary code, so it is refused. If you wrote this checkpoint yourself with an earlier hybridrl, "
+            f"resume once with {LEGACY_OPT_IN_KEY}=true (the next save writes the safe JSON + safetensors "
+            "format); otherwise start over with trainer.resume_mode=disable"
+        )
+    logger.warning("loading %s with pickle because %s=true: only do this for checkpoints you wrote yourself",
+                   path, LEGACY_OPT_IN_KEY)
     try:
         return torch.load(path, weights_only=False)
     except Exception as error:  # noqa: BLE001 - pickle/zip errors of any kind mean "corrupt"
-        raise CheckpointError(
-            f"{path} is corrupt ({type(error).__name__}: {error}). Resume from an earlier step with "
-            "trainer.resume_mode=resume_path trainer.resume_from_path=<folder>, or start over with "
-            "trainer.resume_mode=disable"
-        ) from error
+        raise _corrupt(path, error) from error
+
+
+def _load_driver_state(folder: str, prefix: str, allow_legacy_pickle: bool) -> Any:
+    """The driver state ``prefix`` of ``folder``: the safe pair, else (opt-in only) the legacy pickle.
+
+    An unreadable (truncated, corrupt) file is a CheckpointError naming it.
+    """
+    path = os.path.join(folder, prefix)
+    if not state_exists(path):
+        return _load_legacy_pickle(path + LEGACY_SUFFIX, allow_legacy_pickle)
+    try:
+        return load_state(path)
+    except Exception as error:  # noqa: BLE001 - JSON/safetensors errors of any kind mean "corrupt"
+        raise _corrupt(path + JSON_SUFFIX, error) from error
 
 
 class Checkpointer:
@@ -90,17 +123,19 @@ class Checkpointer:
         resume_from_path: ``trainer.resume_from_path``: a ``global_step_N`` folder, for ``resume_path``.
         max_actor_ckpt_to_keep / max_critic_ckpt_to_keep: ``trainer.max_{actor,critic}_ckpt_to_keep`` (None: all).
         del_local_ckpt_after_load: ``trainer.del_local_ckpt_after_load``.
+        allow_legacy_pickle: ``trainer.allow_legacy_pickle_checkpoint``: read an earlier version's pickles.
     """
 
     def __init__(self, root: str, resume_mode: str, resume_from_path: str | None, *,
                  max_actor_ckpt_to_keep: int | None, max_critic_ckpt_to_keep: int | None,
-                 del_local_ckpt_after_load: bool) -> None:
+                 del_local_ckpt_after_load: bool, allow_legacy_pickle: bool = False) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.resume_mode = resume_mode
         self.resume_from_path = resume_from_path
         self.max_actor_ckpt_to_keep = max_actor_ckpt_to_keep
         self.max_critic_ckpt_to_keep = max_critic_ckpt_to_keep
         self.del_local_ckpt_after_load = del_local_ckpt_after_load
+        self.allow_legacy_pickle = allow_legacy_pickle
 
     @classmethod
     def from_config(cls, trainer_config: Any) -> Checkpointer:
@@ -110,6 +145,7 @@ class Checkpointer:
             max_actor_ckpt_to_keep=trainer_config.max_actor_ckpt_to_keep,
             max_critic_ckpt_to_keep=trainer_config.max_critic_ckpt_to_keep,
             del_local_ckpt_after_load=trainer_config.del_local_ckpt_after_load,
+            allow_legacy_pickle=bool(trainer_config.allow_legacy_pickle_checkpoint),
         )
 
     def save(self, global_steps: int, workers: Any, train_dataloader: Any, kl_ctrl: Any = None) -> None:
@@ -129,10 +165,10 @@ class Checkpointer:
             workers.critic.save_checkpoint(
                 os.path.join(step_folder, "critic"), None, global_steps, max_ckpt_to_keep=self.max_critic_ckpt_to_keep,
             )
-        _atomic_torch_save(train_dataloader.state_dict(), os.path.join(step_folder, DATALOADER_STATE_FILE))
-        kl_value = kl_ctrl.value if kl_ctrl is not None else None
+        save_state(train_dataloader.state_dict(), os.path.join(step_folder, DATALOADER_STATE))
+        kl_value = float(kl_ctrl.value) if kl_ctrl is not None else None
         trainer_state = {"global_steps": global_steps, "kl_ctrl_value": kl_value, "rng": _driver_rng_state()}
-        _atomic_torch_save(trainer_state, os.path.join(step_folder, TRAINER_STATE_FILE))
+        save_state(trainer_state, os.path.join(step_folder, TRAINER_STATE))
         _atomic_write_text(os.path.join(self.root, TRACKER_FILE), str(global_steps))
 
     def resolve_resume_folder(self) -> str | None:
@@ -155,8 +191,9 @@ class Checkpointer:
     def check_complete(self, folder: str, use_critic: bool) -> None:
         """Every file the resume reads exists, and each worker component finished its save (its marker)."""
         components = ["actor"] + (["critic"] if use_critic else [])
-        required = [DATALOADER_STATE_FILE, TRAINER_STATE_FILE, *components]
-        missing = [name for name in required if not os.path.exists(os.path.join(folder, name))]
+        missing = [f"{prefix}{JSON_SUFFIX}" for prefix in (DATALOADER_STATE, TRAINER_STATE)
+                   if not _has_driver_state(folder, prefix)]
+        missing += [name for name in components if not os.path.exists(os.path.join(folder, name))]
         missing += [f"{name}/{COMPLETE_MARKER}" for name in components
                     if os.path.isdir(os.path.join(folder, name))
                     and not is_checkpoint_complete(os.path.join(folder, name))]
@@ -178,8 +215,9 @@ class Checkpointer:
         self.check_complete(folder, use_critic=workers.critic is not None)
         global_steps = int(folder.rstrip("/").split("global_step_")[-1])
         print(f"[checkpoint] resuming from {folder} (global step {global_steps})", flush=True)
-        dataloader_state = _load_driver_file(folder, DATALOADER_STATE_FILE)  # read first: a corrupt file fails
-        state = _load_driver_file(folder, TRAINER_STATE_FILE)  # before any worker has loaded anything
+        # read first: a corrupt or refused file fails before any worker has loaded anything
+        dataloader_state = _load_driver_state(folder, DATALOADER_STATE, self.allow_legacy_pickle)
+        state = _load_driver_state(folder, TRAINER_STATE, self.allow_legacy_pickle)
         delete_after = self.del_local_ckpt_after_load
         workers.actor_rollout.load_checkpoint(os.path.join(folder, "actor"), del_local_after_load=delete_after)
         if workers.critic is not None:

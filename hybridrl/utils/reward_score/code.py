@@ -17,7 +17,7 @@ import logging
 import re
 from typing import Any
 
-from hybridrl.utils.reward_score.sandbox import SandboxLimits, run_python
+from hybridrl.utils.reward_score.sandbox import SandboxLimits, SandboxUnavailableError, run_python
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ def compute_score(
             return 0.0, metadata
         head = results[:_CONTINUOUS_TESTS]
         return sum(head) / max(len(head), 1), metadata
+    except SandboxUnavailableError:
+        raise  # no isolation and no opt-in: stop the run with the fix, never a silent score of 0
     except Exception as exc:  # malformed tests or sandbox trouble: score 0, keep training
         logger.warning("code scorer failed (%s: %s); scoring 0", type(exc).__name__, exc)
         return 0.0, [{"error": f"{type(exc).__name__}: {exc}"}]

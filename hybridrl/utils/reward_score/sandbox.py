@@ -12,9 +12,11 @@ Isolation mechanism, detected once per process (:func:`isolation`):
   No network (only a down loopback device), the whole filesystem is remounted read-only except the
   work dir, ``/proc`` is private (host processes and their environments are invisible), and when the
   supervisor exits every process left in the PID namespace dies (fork bombs cannot linger).
-- ``"none"``: ``unshare`` is missing or refused by the kernel. A warning is logged; the rlimits, work
-  dir, scrubbed env and process-group kill still apply, but the network is reachable and the program
-  can write wherever the running user can.
+- ``"none"``: ``unshare`` is missing or refused by the kernel. Untrusted code is then REFUSED
+  (:class:`SandboxUnavailableError`, naming the reason and the fix) unless the user accepts the risk with
+  env ``HYBRIDRL_SANDBOX_ALLOW_UNISOLATED=1``: then the rlimits, work dir, scrubbed env and process-group
+  kill still apply, but the network is reachable and the program can write wherever the running user
+  can (a warning is logged once).
 When running as root, the program additionally drops to uid/gid 65534 (``nobody``): the process-count
 limit is not enforced for root, and ``nobody`` cannot write root-owned files even without namespaces.
 
@@ -38,6 +40,12 @@ logger = logging.getLogger(__name__)
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 _NOBODY = 65534
+# Set to 1 to run untrusted code without namespace isolation when the kernel refuses namespaces.
+ALLOW_UNISOLATED_ENV = "HYBRIDRL_SANDBOX_ALLOW_UNISOLATED"
+
+
+class SandboxUnavailableError(RuntimeError):
+    """Isolation is unavailable on this machine and the user did not accept running code without it."""
 
 
 @dataclass(frozen=True)
@@ -75,25 +83,63 @@ def _namespace_prefix() -> list[str]:
     return base
 
 
-@functools.lru_cache(maxsize=1)
-def isolation() -> str:
-    """``"netns"`` if namespaced runs work on this machine, else ``"none"`` (logged once as a warning)."""
-    if shutil.which("unshare") is None:
-        logger.warning("code sandbox: `unshare` not found; running untrusted code WITHOUT network isolation")
-        return "none"
+def probe_isolation(unshare: str | None) -> tuple[str, str]:
+    """``("netns", "")`` if ``unshare`` (a path; None: not installed) creates the namespaces, else ``("none", why)``."""
+    if unshare is None:
+        return "none", "`unshare` (util-linux) is not installed"
     try:
-        probe = subprocess.run([*_namespace_prefix(), "true"], capture_output=True, timeout=10)
+        probe = subprocess.run([unshare, *_namespace_prefix()[1:], "true"], capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        logger.warning("code sandbox: unshare probe failed (%s); running WITHOUT network isolation", exc)
-        return "none"
+        return "none", f"the unshare probe failed ({exc})"
     if probe.returncode != 0:
-        logger.warning(
-            "code sandbox: kernel refused new namespaces (%s); running WITHOUT network isolation",
-            probe.stderr.decode(errors="replace").strip(),
-        )
-        return "none"
-    logger.info("code sandbox: isolation=netns (user/net/mount/pid namespaces, read-only filesystem)")
-    return "netns"
+        return "none", f"the kernel refused new namespaces ({probe.stderr.decode(errors='replace').strip()})"
+    return "netns", ""
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_once() -> tuple[str, str]:
+    mechanism, why = probe_isolation(shutil.which("unshare"))
+    if mechanism == "netns":
+        logger.info("code sandbox: isolation=netns (user/net/mount/pid namespaces, read-only filesystem)")
+    return mechanism, why
+
+
+def isolation() -> str:
+    """``"netns"`` if namespaced runs work on this machine, else ``"none"`` (probed once per process)."""
+    return _probe_once()[0]
+
+
+def reprobe_isolation() -> str:
+    """Forget the cached probe (e.g. after ``PATH`` or the kernel settings changed) and probe again."""
+    _probe_once.cache_clear()
+    return isolation()
+
+
+def unisolated_allowed() -> bool:
+    """True if the user set ``HYBRIDRL_SANDBOX_ALLOW_UNISOLATED=1`` (accepts running code without namespaces)."""
+    return os.environ.get(ALLOW_UNISOLATED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_unisolated(why: str) -> None:
+    logger.warning("code sandbox: %s; running untrusted code WITHOUT network/filesystem isolation because %s=1",
+                   why, ALLOW_UNISOLATED_ENV)
+
+
+def check_isolation(mechanism: str, why: str = "") -> None:
+    """Raise :class:`SandboxUnavailableError` for ``mechanism == "none"`` unless the user accepted the risk."""
+    if mechanism != "none":
+        return
+    why = why or "namespace isolation is unavailable"
+    if unisolated_allowed():
+        _warn_unisolated(why)
+        return
+    raise SandboxUnavailableError(
+        f"code sandbox: {why}, so model-generated code cannot be isolated (it could open network connections "
+        "and write files as the training user); refusing to run it. Fix: allow unprivileged user namespaces "
+        "(e.g. sysctl kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0, or "
+        f"a container started with namespace support), or accept the risk with {ALLOW_UNISOLATED_ENV}=1"
+    )
 
 
 def _rlimits(limits: SandboxLimits, drop_to_uid: int | None, mechanism: str) -> dict[str, int]:
@@ -153,9 +199,21 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_python(source: str, stdin: str = "", limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
-    """Run ``source`` as a Python script with ``stdin``; never raises for anything the program does."""
-    mechanism = isolation()
+def run_python(source: str, stdin: str = "", limits: SandboxLimits = SandboxLimits(),
+               mechanism: str | None = None) -> SandboxResult:
+    """Run ``source`` as a Python script with ``stdin``; never raises for anything the program does.
+
+    Args:
+        mechanism: ``"netns"`` or ``"none"`` (default: :func:`isolation`, probed once).
+
+    Raises:
+        SandboxUnavailableError: ``mechanism`` is ``"none"`` and ``HYBRIDRL_SANDBOX_ALLOW_UNISOLATED`` is unset.
+    """
+    if mechanism is None:
+        mechanism, why = _probe_once()
+        check_isolation(mechanism, why)
+    else:
+        check_isolation(mechanism)
     drop_to_uid = _NOBODY if os.geteuid() == 0 else None
     workdir = tempfile.mkdtemp(prefix="hybridrl_sbx_")
     try:

@@ -1,4 +1,4 @@
-"""Driver-side checkpoint and resume (the trainer's Checkpointer) with fake worker groups: resume_mode, trainer_state.pt
+"""Driver-side checkpoint and resume (the trainer's Checkpointer) with fake worker groups: resume_mode, trainer_state
 (KL controller, driver RNG, dataloader position) and detection of a partial or corrupt latest checkpoint.
 The CLI e2e tests (tests/trainer/test_main_ppo_e2e.py) cover the same with real workers and SIGTERM."""
 
@@ -16,6 +16,7 @@ from hybridrl.trainer.ppo.checkpointing import Checkpointer, CheckpointError
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
+from hybridrl.utils.safe_state import save_state
 from tests.recipes.fakes import common_overrides, make_trainer
 
 
@@ -85,8 +86,8 @@ def _step_folder(root, step: int, components=("actor",), complete=True) -> str:
         open(os.path.join(folder, name, "model_world_size_1_rank_0.pt"), "wb").close()
         if complete:
             mark_complete(os.path.join(folder, name))
-    torch.save({}, os.path.join(folder, "data.pt"))
-    torch.save({"rng": None}, os.path.join(folder, "trainer_state.pt"))
+    save_state({}, os.path.join(folder, "data"))
+    save_state({"rng": None}, os.path.join(folder, "trainer_state"))
     write_checkpoint_tracker(str(root), step)
     return folder
 
@@ -108,14 +109,14 @@ def test_partial_or_corrupt_latest_checkpoint_is_reported(tmp_path):
     partial = _step_folder(tmp_path, 2, components=("actor", "critic"), complete=False)
     with pytest.raises(CheckpointError, match=r"global_step_2 is incomplete.*actor/checkpoint_complete.json"):
         _Driver(tmp_path, use_critic=True)._load_checkpoint()
-    os.remove(os.path.join(partial, "data.pt"))
-    with pytest.raises(CheckpointError, match="data.pt"):
+    os.remove(os.path.join(partial, "data.json"))
+    with pytest.raises(CheckpointError, match="data.json"):
         _Driver(tmp_path)._check_complete(partial)
 
     folder = _step_folder(tmp_path / "corrupt", 3)
-    with open(os.path.join(folder, "data.pt"), "wb") as f:
-        f.write(b"PK\x03\x04 truncated")
-    with pytest.raises(CheckpointError, match="data.pt is corrupt"):
+    with open(os.path.join(folder, "data.json"), "w") as f:
+        f.write('{"format": "hybridrl-safe-state-v1", "sta')
+    with pytest.raises(CheckpointError, match="data.json is corrupt"):
         _Driver(tmp_path / "corrupt")._load_checkpoint()  # no worker group: it fails before any worker loads
 
     (tmp_path / "bad").mkdir()

@@ -13,6 +13,7 @@ from hybridrl.utils.config.access import need_critic, need_reference_policy
 from hybridrl.utils.config.checks_algorithm import check_algorithm
 from hybridrl.utils.config.checks_batch import check_batch_sizes
 from hybridrl.utils.config.checks_env import check_environment
+from hybridrl.utils.config.checks_optim import check_optimizers
 from hybridrl.utils.config.checks_rollout import check_rollout_mode
 from hybridrl.utils.config.checks_rollout_correction import check_rollout_correction
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem
@@ -61,6 +62,7 @@ def collect_problems(
     problems += check_algorithm(config, use_reference_policy, use_critic)
     problems += check_rollout_mode(config)
     problems += check_rollout_correction(config)
+    problems += check_optimizers(config, use_critic)
     problems += check_unsupported(config, "ppo_trainer")
     if check_env:
         problems += check_environment(config, use_critic)

@@ -14,7 +14,7 @@ def _problems_of(overrides: list[str], key: str) -> list:
     return [p for p in collect_problems(compose_config("ppo_trainer", overrides)) if p.key == key]
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1e-6", "'fast'"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1e-6", "fast", "true"])
 def test_actor_lr_not_a_finite_number_is_refused(cpu_overrides, value):
     problems = _problems_of([*cpu_overrides, f"{ACTOR_LR}={value}"], ACTOR_LR)
     assert len(problems) == 1
@@ -37,3 +37,4 @@ def test_divergence_bound_below_one_is_refused(cpu_overrides):
     key = "actor_rollout_ref.actor.max_consecutive_nonfinite_steps"
     problems = _problems_of([*cpu_overrides, f"{key}=0"], key)
     assert len(problems) == 1 and "positive integer" in problems[0].message
+

@@ -238,7 +238,8 @@ class CheckpointShardError(RuntimeError):
 
 def _unreadable_shard_message(path: str, error: Exception) -> str:
     """Name the file and the newest complete ``global_step_M`` before its step (``.../global_step_N/<role>/file``)."""
-    step, root = step_of(path), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+    component = os.path.dirname(os.path.abspath(path))
+    step, root = step_of(component), os.path.dirname(os.path.dirname(component))
     earlier = [folder for n, folder in list_step_dirs(root) if step is not None and n < step and is_checkpoint_complete(folder)]
     if earlier:
         hint = ("resume from the previous complete step: trainer.resume_mode=resume_path "

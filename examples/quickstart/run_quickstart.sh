@@ -6,6 +6,8 @@
 #   3. python -m hybridrl.trainer.main_ppo: GRPO on a local Ray cluster (hf rollout, FSDP2 over gloo),
 #      greedy validation before training and every $TEST_FREQ steps
 #   4. summary: validation accuracy before/after, minutes of training to 72.7% (TRL's mark), a PNG curve
+#   5. the trained model: saved at the last step as a Hugging Face folder (the actor's hf_model checkpoint),
+#      linked as $OUT/models/$EXPERIMENT, with a one-line command to serve it
 #
 # Run it inside the project's environment (scripts/quickstart.sh creates it and calls this script).
 # Every knob is an environment variable (defaults are the measured configuration, see README.md);
@@ -79,7 +81,9 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     trainer.total_training_steps="$STEPS" \
     trainer.val_before_train=True \
     trainer.test_freq="$TEST_FREQ" \
-    trainer.save_freq=-1 \
+    trainer.save_freq="$STEPS" \
+    trainer.resume_mode=disable \
+    actor_rollout_ref.actor.checkpoint.save_contents='[hf_model]' \
     trainer.logger='[console,file,tensorboard]' \
     trainer.project_name=hybridrl_quickstart \
     trainer.experiment_name="$EXPERIMENT" \
@@ -88,3 +92,4 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
 
 "$PYTHON" "$HERE/summarize.py" "$METRICS" --png "$OUT/$EXPERIMENT.png" --total_wall_s $(( $(date +%s) - START ))
 echo "[quickstart] TensorBoard: tensorboard --logdir $OUT/tensorboard"
+"$PYTHON" "$HERE/export_model.py" --checkpoint_dir "$OUT/checkpoints/$EXPERIMENT" --link "$OUT/models/$EXPERIMENT"

@@ -3,7 +3,7 @@
     command line ──► override keys checked (unknown key -> closest valid key)
                  ──► Hydra composes configs/ppo_trainer.yaml (+ overrides)
                  ──► validate_config (every problem at once) ──► batch plan printed
-                 ──► run_ppo(config)
+                 ──► run_ppo(config): preflight (files: checkpoint folder, tracker, datasets) ──► Ray
 
 ``--cfg job`` prints the composed tree and stops (Hydra's flag); nothing heavy is imported before
 ``run_ppo``. verl's ``create_rl_dataset``, ``create_rl_sampler`` (the ``data.sampler.*`` hook) and
@@ -29,8 +29,15 @@ def check_config(config: DictConfig) -> BatchPlan:
 
 
 def run_ppo(config: DictConfig, task_runner_class: type | None = None) -> dict:
-    """Start (or join) Ray, run the TaskRunner actor (the single controller) and train."""
+    """Check the files (preflight), start (or join) Ray, run the TaskRunner actor (the single controller) and train.
+
+    The preflight (checkpoint folder writable, resume tracker, datasets non-empty, prompt lengths) raises a
+    ConfigError before Ray starts.
+    """
     from hybridrl.trainer.ppo.task_runner import run_ppo as _run_ppo
+    from hybridrl.utils.config.preflight import run_preflight
+
+    run_preflight(config)
 
     return _run_ppo(config, task_runner_class=task_runner_class)
 

@@ -266,9 +266,12 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
         if not self._is_actor:
             raise RuntimeError(f"update_actor needs an actor role; this worker has role={self.role!r}.")
         data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
+        guard = self.actor.divergence_guard
+        skipped_before = guard.skipped_total
         with self._actor_on_device(with_optimizer=True):
-            metrics: dict[str, Any] = self.actor.update_policy(data)
+            metrics: dict[str, Any] = self.actor.update_policy(data)  # DivergenceError when the run diverged
             metrics.update(memory_metrics())
+            metrics["actor/skipped_steps"] = guard.skipped_total - skipped_before  # non-finite grad norm
             metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
             self.actor_lr_scheduler.step()
         if self.rollout is not None:
@@ -292,8 +295,13 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
     def save_checkpoint(
         self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
     ) -> None:
-        """Save the actor (model, optimizer, LR scheduler, RNG) in verl's layout under ``local_path``."""
+        """Save the actor (model, optimizer, LR scheduler, RNG) in verl's layout under ``local_path``.
+
+        Refused (DivergenceError) when the latest optimizer step had a non-finite grad norm or a weight is NaN/inf.
+        """
         with self._actor_on_device(with_optimizer=True):
+            if self._is_actor:
+                self.actor.divergence_guard.check_savable(self.actor_module)
             self._checkpoint().save_checkpoint(
                 local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
             )

@@ -110,9 +110,12 @@ class CriticWorker(Worker):
     def update_critic(self, data: DataProto) -> DataProto:
         """One value-loss update; returns ``meta_info["metrics"]`` (critic/*, critic/lr, perf/*)."""
         data = self.ulysses.preprocess_data(data.to(current_device()))  # the SP group trains on its union
+        guard = self.critic.divergence_guard
+        skipped_before = guard.skipped_total
         with self._on_device(with_optimizer=True):
-            metrics: dict[str, Any] = self.critic.update_critic(data)
+            metrics: dict[str, Any] = self.critic.update_critic(data)  # DivergenceError when the run diverged
             metrics.update(memory_metrics())
+            metrics["critic/skipped_steps"] = guard.skipped_total - skipped_before  # non-finite grad norm
             metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
             self.critic_lr_scheduler.step()
         return DataProto(meta_info={"metrics": metrics})
@@ -132,8 +135,9 @@ class CriticWorker(Worker):
     def save_checkpoint(
         self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
     ) -> None:
-        """Save the critic in verl's layout under ``local_path``."""
+        """Save the critic in verl's layout under ``local_path`` (refused after a non-finite step, as the actor)."""
         with self._on_device(with_optimizer=True):
+            self.critic.divergence_guard.check_savable(self.critic_module)
             self._checkpoint().save_checkpoint(
                 local_path=local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep
             )

@@ -78,7 +78,10 @@ def hydra_entry(
                 check(config)
             except ConfigError as error:
                 _exit_with(error)
-        run(config)
+        try:
+            run(config)
+        except ConfigError as error:  # a check run inside ``run`` before the heavy start (main_ppo's preflight)
+            _exit_with(error)
 
     # Hydra unwraps ``__wrapped__`` to name the job (its log file) and to place a relative config_path:
     # both follow the entry point's module, as when it decorated its own function.

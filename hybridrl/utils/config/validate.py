@@ -14,6 +14,8 @@ from hybridrl.utils.config.checks_algorithm import check_algorithm
 from hybridrl.utils.config.checks_async import check_async_modes
 from hybridrl.utils.config.checks_batch import check_batch_sizes
 from hybridrl.utils.config.checks_env import check_environment
+from hybridrl.utils.config.checks_optim import check_optimizers
+from hybridrl.utils.config.checks_types import check_value_types
 from hybridrl.utils.config.checks_rollout import check_rollout_mode
 from hybridrl.utils.config.checks_rollout_correction import check_rollout_correction
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem
@@ -58,11 +60,13 @@ def collect_problems(
         use_reference_policy = need_reference_policy(config)
     if use_critic is None:
         use_critic = need_critic(config)
-    problems = check_batch_sizes(config, use_reference_policy, use_critic)
+    problems = check_value_types(config)  # first: a value of the wrong type names the key before others trip on it
+    problems += check_batch_sizes(config, use_reference_policy, use_critic)
     problems += check_algorithm(config, use_reference_policy, use_critic)
     problems += check_rollout_mode(config)
     problems += check_rollout_correction(config)
     problems += check_async_modes(config)
+    problems += check_optimizers(config, use_critic)
     problems += check_unsupported(config, "ppo_trainer")
     if check_env:
         problems += check_environment(config, use_critic)

@@ -107,6 +107,11 @@ class RLHFDataset(Dataset):
         rows: list[dict] = []
         for path in self.data_files:
             schema, file_rows = read_parquet_rows(path, required_columns=[self.prompt_key])
+            if not file_rows:  # before the type check: an empty frame from pandas has a column of type null
+                raise ValueError(
+                    f"{path} has no rows (0 prompts in column data.prompt_key={self.prompt_key!r}); regenerate it "
+                    "(examples/data_preprocess/) or remove it from data.train_files / data.val_files."
+                )
             check_chat_column(schema, path, self.prompt_key)
             rows.extend(file_rows)
         self.dataframe = rows

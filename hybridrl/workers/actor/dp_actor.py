@@ -48,6 +48,7 @@ from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
+from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 
 __all__ = ["DataParallelPPOActor"]
@@ -162,6 +163,12 @@ class DataParallelPPOActor(BasePPOActor):
         self._mini_batch_size, self._update_split = update_split(config, update)
         # resolved once; a reference policy (no optimizer) has no loss
         self._pg_loss = self._resolve_pg_loss() if actor_optimizer is not None else None
+        # counts skipped (non-finite) optimizer steps; stops a diverged run (None for a reference policy)
+        self.divergence_guard = (
+            NonFiniteStepGuard("actor_rollout_ref.actor", config.max_consecutive_nonfinite_steps, config.optim.lr)
+            if actor_optimizer is not None
+            else None
+        )
 
     def _resolve_pg_loss(self) -> BoundPolicyLoss | None:
         """``pg_loss``: the loss of ``policy_loss.loss_mode`` with the actor's hyper-parameters bound."""
@@ -282,12 +289,10 @@ class DataParallelPPOActor(BasePPOActor):
         return policy_loss, metrics
 
     def _optimizer_step(self) -> float:
-        """Clip to ``grad_clip`` and step (skipped, grads zeroed, when the norm is not finite)."""
-        from hybridrl.workers.engine import clip_grad_and_step
-
-        assert self.actor_optimizer is not None
-        grad_norm, _stepped = clip_grad_and_step(self.actor_module, self.actor_optimizer, self.config.grad_clip)
-        return float(grad_norm)
+        """Clip to ``grad_clip`` and step (skipped, grads zeroed, when the norm is not finite); the divergence
+        guard raises DivergenceError after too many skips in a row or a step that blew the weights up."""
+        assert self.actor_optimizer is not None and self.divergence_guard is not None
+        return guarded_optimizer_step(self.divergence_guard, self.actor_module, self.actor_optimizer, self.config.grad_clip)
 
     def update_policy(self, data: DataProto) -> dict[str, list[float]]:
         """PPO update over ``ppo_epochs`` × mini-batches × micro-batches (see the module docstring).

@@ -28,6 +28,7 @@ from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
+from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 from hybridrl.workers.critic.base import BasePPOCritic
 
@@ -71,6 +72,8 @@ class DataParallelPPOCritic(BasePPOCritic):
         self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
         self._values_split = values
         self._mini_batch_size, self._update_split = update_split(config, update)
+        # counts skipped (non-finite) optimizer steps; stops a diverged run
+        self.divergence_guard = NonFiniteStepGuard("critic", config.max_consecutive_nonfinite_steps, config.optim.lr)
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Values ``[B, R]`` of the response positions (unmasked)."""
@@ -107,11 +110,10 @@ class DataParallelPPOCritic(BasePPOCritic):
         return values * response_mask
 
     def _optimizer_step(self) -> float:
-        from hybridrl.workers.engine import clip_grad_and_step
-
-        assert self.critic_optimizer is not None
-        grad_norm, _stepped = clip_grad_and_step(self.critic_module, self.critic_optimizer, self.config.grad_clip)
-        return float(grad_norm)
+        """Clip to ``grad_clip`` and step (skipped, grads zeroed, when the norm is not finite); the divergence
+        guard raises DivergenceError after too many skips in a row or a step that blew the weights up."""
+        assert self.critic_optimizer is not None and self.divergence_guard is not None
+        return guarded_optimizer_step(self.divergence_guard, self.critic_module, self.critic_optimizer, self.config.grad_clip)
 
     def _value_loss(self, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         response_mask = micro_batch["response_mask"]

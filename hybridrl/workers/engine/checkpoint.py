@@ -30,9 +30,11 @@ from hybridrl.utils.checkpoint import (
     clear_complete,
     get_rng_state,
     is_checkpoint_complete,
+    list_step_dirs,
     mark_complete,
     rotate_component_checkpoints,
     set_rng_state,
+    step_of,
 )
 from hybridrl.utils.fs import local_mkdir_safe
 from hybridrl.workers.engine import lora
@@ -224,7 +226,28 @@ class FSDPCheckpointManager:
 def _load(path: str) -> Any:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} is missing; was it saved with this checkpoint.save_contents and world size?")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch's own message (PytorchStreamReader ...) names neither the file nor a way out
+        raise CheckpointShardError(_unreadable_shard_message(path, error)) from error
+
+
+class CheckpointShardError(RuntimeError):
+    """A worker's checkpoint file exists but cannot be read (truncated or corrupt)."""
+
+
+def _unreadable_shard_message(path: str, error: Exception) -> str:
+    """Name the file and the newest complete ``global_step_M`` before its step (``.../global_step_N/<role>/file``)."""
+    component = os.path.dirname(os.path.abspath(path))
+    step, root = step_of(component), os.path.dirname(os.path.dirname(component))
+    earlier = [folder for n, folder in list_step_dirs(root) if step is not None and n < step and is_checkpoint_complete(folder)]
+    if earlier:
+        hint = ("resume from the previous complete step: trainer.resume_mode=resume_path "
+                f"trainer.resume_from_path={earlier[-1]}")
+    else:
+        hint = f"no earlier complete checkpoint exists under {root}; start over with trainer.resume_mode=disable"
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"cannot read checkpoint file {path} ({type(error).__name__}: {first_line}): it is truncated or corrupt; {hint}."
 
 
 def _read_hf_config(hf_dir: str) -> Any:

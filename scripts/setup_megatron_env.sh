@@ -31,5 +31,5 @@ PIP="$VENV/bin/pip"
 # hybridrl itself (editable) plus its runtime deps, without moving torch or transformers.
 "$PIP" install -q -e "$ROOT" --no-deps
 "$PIP" install -q -c "$PIN_FILE" "ray[default]>=2.40" "hydra-core>=1.3" "omegaconf>=2.3" pyarrow pandas \
-  "tensordict>=0.10" torchdata tqdm tokenizers pytest pytest-timeout
+  "tensordict>=0.10" torchdata tqdm tokenizers psutil pytest pytest-timeout
 "$VENV/bin/python" -c "import torch, megatron.core, mbridge, transformers; print('megatron-core', megatron.core.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -19,16 +19,25 @@ def _log_probs_update_probe(rank: int, model_dir: str, tp_size: int, strategy: s
     from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    config = policy_config(model_dir, max(tp_size, 1))
+    config = policy_config(model_dir, tp_size, "actor_rollout_ref.rollout.response_length=4")
     worker_class = MegatronActorRolloutRefWorker if strategy == "megatron" else ActorRolloutRefWorker
-    worker = worker_class(config, role="actor")
+    worker = worker_class(config, role="actor_rollout")
     worker.init_model()
     data = policy_batch(seed=1)
     before = worker.compute_log_prob(data).batch["old_log_probs"]
     data.batch["old_log_probs"] = before + 0.01 * data.batch["response_mask"]  # off-policy: ratio ≠ 1 exercises clipping
     metrics = worker.update_actor(data).meta_info["metrics"]
     after = worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"]
-    return {"before": before, "after": after, **{key: float(metrics[key][0]) for key in _METRICS}}
+    # the hf rollout follows the updated actor: weights synced (gathered over TP), verified, then greedy decoding
+    prompts = policy_batch(seed=2).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        prompts.batch[key] = prompts.batch[key][:, :6]
+    prompts.meta_info["do_sample"] = False
+    generated = worker.generate_sequences(prompts)
+    sync = generated.meta_info["metrics"]
+    return {"before": before, "after": after, "responses": generated.batch["responses"],
+            "synced": sync["rollout/weight_sync_tensors"], "verified": sync["rollout/weight_sync_verified_tensors"],
+            **{key: float(metrics[key][0]) for key in _METRICS}}
 
 
 def test_megatron_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
@@ -47,3 +56,10 @@ def test_megatron_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
             assert abs(megatron[key] - fsdp[key]) <= 1e-5 * max(1.0, abs(fsdp[key])), key
     assert fsdp["actor/grad_norm"] > 0 and fsdp["actor/pg_clipfrac"] >= 0
     torch.testing.assert_close(tp2[1]["after"], tp2[0]["after"], rtol=0, atol=0)  # the TP ranks agree
+    # weight sync: every HF tensor of the checkpoint (12 per layer + embedding + final norm = 26 for the tied 2-layer
+    # Qwen2; FSDP also sends the tied lm_head.weight: 27) reached the hf rollout and sampled values were verified;
+    # greedy responses equal the FSDP2 actor's rollout's
+    assert fsdp["synced"] == 27
+    for megatron in (tp1, *tp2):
+        assert megatron["synced"] == 26 and megatron["verified"] > 0
+        assert torch.equal(megatron["responses"], fsdp["responses"])

@@ -84,16 +84,10 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             self.actor_lr_scheduler = build_megatron_lr_scheduler(
                 optimizer, actor_config.optim, self.plan.total_training_steps
             )
-        self.actor = self.actor_class(
-            actor_config,
-            self.actor_model,
-            self.actor_optimizer,
-            use_remove_padding=use_remove_padding,
-            enable_activation_offload=bool(self.config.model.enable_activation_offload),
-            update=self.plan.actor,
-            log_prob=self.plan.old_log_prob,
-            temperature=float(self.config.rollout.temperature),
-        )
+        plan = dict(update=self.plan.actor, log_prob=self.plan.old_log_prob, temperature=float(self.config.rollout.temperature))
+        offload = bool(self.config.model.enable_activation_offload)
+        self.actor = self.actor_class(actor_config, self.actor_model, self.actor_optimizer,
+                                      use_remove_padding=use_remove_padding, enable_activation_offload=offload, **plan)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:

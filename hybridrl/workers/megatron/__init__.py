@@ -1,0 +1,1 @@
+"""megatron-core training engine (``strategy=megatron``): model, weights, actor and workers."""

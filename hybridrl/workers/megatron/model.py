@@ -1,0 +1,159 @@
+"""A megatron-core ``GPTModel`` built from a Hugging Face Llama/Qwen2-family config, and its HF-style wrapper.
+
+The model uses megatron-core's local layer spec on CPU (torch norms and attention; the TransformerEngine spec
+cannot run there) and the TransformerEngine spec on GPU. :class:`MegatronCausalLM` lets the PPO actor call it like
+an HF causal LM: ``module(input_ids, attention_mask, position_ids) -> .logits [B, S, V]``.
+
+Positions: megatron-core's rotary embedding uses positions ``0..S-1`` of the row, not ``position_ids``. RoPE
+scores depend only on ``i − j``, so with the pad keys masked out a left-padded row gives the same logits as
+HF's shifted positions, and a packed row (positions restarting at 0) gives them with a block-diagonal mask.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MegatronCausalLM", "attention_mask_for", "build_gpt_model", "padded_vocab_size", "transformer_config"]
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+
+
+def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
+    """Vocabulary padded to a multiple of the TP size (each rank holds ``padded / tp`` rows)."""
+    return -(-vocab_size // tp_size) * tp_size
+
+
+def _check_supported(hf_config: Any) -> None:
+    if hf_config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"strategy=megatron builds Llama/Qwen2-family models; model_type={hf_config.model_type!r} is not one "
+            f"of {SUPPORTED_MODEL_TYPES}."
+        )
+    if getattr(hf_config, "rope_scaling", None):
+        raise ValueError(
+            f"strategy=megatron: rope_scaling={hf_config.rope_scaling!r} is not supported by the built-in model yet "
+            "(use a model without rope_scaling)."
+        )
+
+
+def transformer_config(hf_config: Any, megatron_config: Any, dtype: torch.dtype, device_name: str) -> Any:
+    """megatron-core ``TransformerConfig`` of ``hf_config`` with the parallel sizes of ``megatron_config``.
+
+    ``megatron_config`` is an ``actor_rollout_ref.actor.megatron``-shaped section; its
+    ``override_transformer_config`` entries are applied last (verl). On CPU sequence parallelism is off (the
+    torch norm rejects it) and fused kernels are off.
+    """
+    from megatron.core.transformer import TransformerConfig
+
+    _check_supported(hf_config)
+    tp_size = int(megatron_config.tensor_model_parallel_size)
+    on_gpu = device_name == "cuda"
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    fields = dict(
+        num_layers=hf_config.num_hidden_layers,
+        hidden_size=hf_config.hidden_size,
+        ffn_hidden_size=hf_config.intermediate_size,
+        num_attention_heads=hf_config.num_attention_heads,
+        num_query_groups=hf_config.num_key_value_heads,
+        kv_channels=head_dim,
+        layernorm_epsilon=hf_config.rms_norm_eps,
+        normalization="RMSNorm",
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=hf_config.model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=tp_size,
+        pipeline_model_parallel_size=int(megatron_config.pipeline_model_parallel_size),
+        context_parallel_size=int(megatron_config.context_parallel_size),
+        sequence_parallel=bool(megatron_config.sequence_parallel) and tp_size > 1 and on_gpu,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype is torch.bfloat16,
+        variable_seq_lengths=True,
+        moe_token_dispatcher_type="alltoall",  # the dispatcher that supports variable sequence lengths
+        use_cpu_initialization=not on_gpu,
+        masked_softmax_fusion=on_gpu,
+        bias_activation_fusion=on_gpu,
+        bias_dropout_fusion=on_gpu,
+        persist_layer_norm=on_gpu,
+    )
+    fields.update(dict(megatron_config.get("override_transformer_config") or {}))
+    return TransformerConfig(**{key: value for key, value in fields.items() if value is not None or key in _NULLABLE})
+
+
+# override_transformer_config entries that may legitimately be None (verl's recompute_* defaults)
+_NULLABLE = frozenset({"recompute_granularity", "recompute_method", "recompute_num_layers"})
+
+
+def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_process: bool = True,
+                    post_process: bool = True) -> nn.Module:
+    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    spec = get_gpt_decoder_block_spec(config, use_transformer_engine=device_name == "cuda")
+    tp_size = parallel_state.get_tensor_model_parallel_world_size()
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=padded_vocab_size(hf_config.vocab_size, tp_size),
+        max_sequence_length=hf_config.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=True,
+        share_embeddings_and_output_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        position_embedding_type="rope",
+        rotary_base=int(getattr(hf_config, "rope_theta", 10000)),
+    )
+    return model.to(torch.device("cuda", torch.cuda.current_device()) if device_name == "cuda" else "cpu")
+
+
+def attention_mask_for(attention_mask: torch.Tensor | None, position_ids: torch.Tensor) -> torch.Tensor:
+    """megatron-core's boolean mask ``[B, 1, S, S]`` (True = masked) for causal attention.
+
+    Args:
+        attention_mask: ``[B, S]`` 1 on valid tokens (padded layout), or None for a packed row whose
+            ``position_ids [1, nnz]`` restart at 0 at each sequence (attention stays inside a sequence).
+    """
+    seq_len = position_ids.shape[-1]
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=position_ids.device).tril()
+    if attention_mask is None:
+        segment = torch.cumsum((position_ids == 0).long(), dim=-1)  # [B, S]
+        allowed = causal & (segment[:, :, None] == segment[:, None, :])
+    else:
+        allowed = causal & attention_mask.bool()[:, None, :]
+    return ~allowed[:, None, :, :]
+
+
+class MegatronCausalLM(nn.Module):
+    """An HF-style causal-LM view of a (DDP-wrapped) ``GPTModel``: full-vocabulary logits, gathered over TP.
+
+    Args:
+        module: the ``GPTModel`` or megatron-core ``DistributedDataParallel`` around it.
+        vocab_size: the HF vocabulary ``V`` (logits past it, the TP padding, are dropped).
+    """
+
+    def __init__(self, module: nn.Module, vocab_size: int) -> None:
+        super().__init__()
+        self.module = module
+        self.vocab_size = vocab_size
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, **_: Any) -> SimpleNamespace:
+        """Returns ``.logits [B, S, V]`` (fp32 on CPU), differentiable; the TP gather splits the gradient back."""
+        from megatron.core import tensor_parallel
+
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        mask = attention_mask_for(attention_mask, position_ids)
+        local_logits = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+        logits = tensor_parallel.gather_from_tensor_model_parallel_region(local_logits)  # [B, S, V_pad]
+        return SimpleNamespace(logits=logits[..., : self.vocab_size])

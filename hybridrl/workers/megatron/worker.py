@@ -1,0 +1,130 @@
+"""``MegatronActorRolloutRefWorker``: the policy worker with ``strategy=megatron`` (verl's Megatron worker API).
+
+The RPC surface and DataProto contract are :class:`hybridrl.workers.actor_rollout_ref_worker.ActorRolloutRefWorker`'s
+(``init_model``, ``generate_sequences``, ``compute_log_prob``, ``compute_ref_log_prob``, ``update_actor``); only
+the builders differ: the actor and the reference are megatron-core models
+(:mod:`hybridrl.workers.megatron.engine`), trained by :class:`MegatronPPOActor`, and the hybrid-engine rollout
+receives the actor's weights as HF tensors gathered over TP (:func:`export_hf_weights`), verified as for FSDP.
+
+Batch sizes: the data-parallel size is ``world / (TP × PP × CP)``; every rank of a TP group must receive the
+same data. Not implemented yet (they raise): PP/CP > 1, megatron param/grad/optimizer offload, checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.utils.config.batch_plan import PolicyWorkerPlan
+from hybridrl.workers.actor_rollout_ref_worker import ActorRolloutRefWorker
+from hybridrl.workers.megatron.actor import MegatronOptimizerHandle, MegatronPPOActor
+from hybridrl.workers.megatron.engine import (
+    MegatronModel,
+    build_megatron_lr_scheduler,
+    build_megatron_model,
+    build_megatron_optimizer,
+    export_hf_weights,
+)
+from hybridrl.workers.megatron.parallel import init_megatron_parallel
+
+__all__ = ["MegatronActorRolloutRefWorker", "model_parallel_size"]
+
+_OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
+
+
+def model_parallel_size(megatron_config: Any) -> int:
+    """Ranks that hold one copy of the model: ``TP × PP × CP``."""
+    return (int(megatron_config.tensor_model_parallel_size) * int(megatron_config.pipeline_model_parallel_size)
+            * int(megatron_config.context_parallel_size))
+
+
+def _compute_dtype(device_name: str) -> torch.dtype:
+    """bf16 parameters on GPU (verl's Megatron workers); fp32 on CPU, where bf16 matmuls are slow and inexact."""
+    return torch.bfloat16 if device_name == "cuda" else torch.float32
+
+
+class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
+    """Policy worker on megatron-core (same arguments as :class:`ActorRolloutRefWorker`)."""
+
+    actor_class = MegatronPPOActor
+
+    def _megatron_section(self) -> Any:
+        return self.config.actor.megatron if self._is_actor or self._is_rollout else self.config.ref.megatron
+
+    def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
+        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch)."""
+        parallel = model_parallel_size(self._megatron_section())
+        if world_size % parallel:
+            raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
+                             "(actor_rollout_ref.actor.megatron.*_parallel_size)")
+        return super()._standalone_plan(world_size // parallel)
+
+    def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
+        enabled = [key for key in _OFFLOAD_KEYS if bool(megatron_config[key])]
+        if enabled:
+            raise NotImplementedError(f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False.")
+        init_megatron_parallel(megatron_config, self._device_name)
+        if not hasattr(self, "hf_config"):
+            from transformers import AutoConfig
+
+            model_config = self.config.model
+            self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=bool(model_config.trust_remote_code))
+        return build_megatron_model(self.config.model.path, self.hf_config, megatron_config,
+                                    _compute_dtype(self._device_name), self._device_name, trainable=trainable)
+
+    def _build_actor(self, use_remove_padding: bool) -> None:
+        actor_config = self.config.actor
+        self.actor_model = self._build_model(actor_config.megatron, trainable=self._is_actor)
+        self.actor_module = self.actor_model.causal_lm
+        if self._is_actor:
+            optimizer = build_megatron_optimizer(self.actor_model, actor_config.optim, actor_config.megatron)
+            self.actor_optimizer = MegatronOptimizerHandle(optimizer, self.actor_model)  # type: ignore[assignment]
+            self.actor_lr_scheduler = build_megatron_lr_scheduler(
+                optimizer, actor_config.optim, self.plan.total_training_steps
+            )
+        plan = dict(update=self.plan.actor, log_prob=self.plan.old_log_prob, temperature=float(self.config.rollout.temperature))
+        offload = bool(self.config.model.enable_activation_offload)
+        self.actor = self.actor_class(actor_config, self.actor_model, self.actor_optimizer,
+                                      use_remove_padding=use_remove_padding, enable_activation_offload=offload, **plan)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build tokenizer, actor (+ optimizer, LR scheduler), rollout handle and ref, as the role asks."""
+        super().init_model()
+        if self.rollout is not None:  # the rollout follows the Megatron actor: HF tensors gathered over TP
+            self.rollout.state_dict_fn = lambda _module: export_hf_weights(self.actor_model)
+
+    def _build_ref(self, use_remove_padding: bool) -> None:
+        ref_config = self.config.ref
+        ref_model = self._build_model(ref_config.megatron, trainable=False)
+        self.ref_module = ref_model.causal_lm
+        self.ref_policy = MegatronPPOActor(
+            ref_config,
+            ref_model,
+            use_remove_padding=use_remove_padding,
+            log_prob=self.plan.ref_log_prob,
+            temperature=float(self.config.rollout.temperature),
+        )
+
+    # ------------------------------------------------------------------ offload (not implemented: refused at build)
+
+    def _offload_actor(self, optimizer_too: bool) -> None:
+        return None
+
+    def _actor_on_device(self, with_optimizer: bool) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ checkpoints (not implemented yet)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
+                        max_ckpt_to_keep: int | None = None) -> None:
+        raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+        raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")

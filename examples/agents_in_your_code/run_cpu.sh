@@ -20,7 +20,7 @@ TEST_FREQ=${TEST_FREQ:-5}
 MODEL=${MODEL:-$work_dir/warm_model}
 NAME=${NAME:-openai_agent_seed$SEED}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
-    RAY_AUTH_MODE=disabled RAY_DEDUP_LOGS=0 TENSORBOARD_DIR="$work_dir/tensorboard/$NAME" \
+    RAY_DEDUP_LOGS=0 TENSORBOARD_DIR="$work_dir/tensorboard/$NAME" \
     VERL_FILE_LOGGER_PATH="$work_dir/metrics/$NAME.jsonl"
 mkdir -p "$work_dir/metrics"
 rm -f "$VERL_FILE_LOGGER_PATH"

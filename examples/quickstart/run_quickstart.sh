@@ -33,7 +33,7 @@ TRAIN_DTYPE="${TRAIN_DTYPE:-bf16}"        # FSDP compute dtype of the actor (fp3
 RECOMPUTE_OLD_LOG_PROB="${RECOMPUTE_OLD_LOG_PROB:-False}"  # one on-policy update per step: no old-log-prob pass
 EXPERIMENT="${EXPERIMENT:-smollm2_grpo_seed${SEED}}"
 
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_AUTH_MODE=disabled RAY_DEDUP_LOGS=0
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
 export OMP_NUM_THREADS="$THREADS"         # Ray workers inherit it (Ray's own default is 1 thread per actor)
 mkdir -p "$OUT"
 START="${QUICKSTART_START:-$(date +%s)}"   # scripts/quickstart.sh passes its own start (set-up included)

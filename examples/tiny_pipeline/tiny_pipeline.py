@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 # rather than rollout.val_kwargs.n (see the report: val_kwargs.n > 1 is applied twice at the moment).
 VAL_COPIES = 16
 VAL_ACCURACY_KEY = "val-core/arithmetic/reward/mean@1"
-ENV = {"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
+ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
 
 
 def _run(cmd: list[str], log_file: Path, extra_env: dict[str, str] | None = None) -> None:

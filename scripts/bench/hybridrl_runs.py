@@ -171,7 +171,6 @@ def run_main_ppo(overrides: list[str], out_dir: str, threads: int, timeout_s: fl
         **os.environ,
         "VERL_FILE_LOGGER_PATH": str(metrics_file),
         "OMP_NUM_THREADS": str(threads),
-        "RAY_AUTH_MODE": "disabled",
         "RAY_DEDUP_LOGS": "0",
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",

@@ -99,7 +99,7 @@ def run_benchmark(name: str, cmd: list[str], out_dir: Path, timeout_s: float) ->
     log(f"{name}: {' '.join(cmd)}")
     out_file = out_dir / f"{name}.json"
     out_file.unlink(missing_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout_s)

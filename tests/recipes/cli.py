@@ -14,7 +14,7 @@ def run_recipe_script(script: str, model_dir: str, data_dir: str, tmp_path: Path
     """``bash recipes/<script> <overrides>``; returns the process and its JSONL metrics file."""
     metrics_file = tmp_path / "metrics.jsonl"
     env = {**os.environ, "MODEL_PATH": model_dir, "DATA_DIR": data_dir, "WORK_DIR": str(tmp_path / "work"),
-           "VERL_FILE_LOGGER_PATH": str(metrics_file), "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
+           "VERL_FILE_LOGGER_PATH": str(metrics_file), "HF_HUB_OFFLINE": "1",
            "RAY_DEDUP_LOGS": "0"}
     args = ["trainer.logger=[console,file]", f"trainer.default_local_dir={tmp_path / 'ckpt'}", *overrides]
     proc = subprocess.run(["bash", str(RECIPES / script), *args], env=env, capture_output=True, text=True,

@@ -79,7 +79,7 @@ def ppo_overrides(model_dir: str) -> dict[str, object]:
 def run_module(module: str, args: list[str], metrics_file: str, timeout: float = 400,
                extra_env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
     """``python -m <module> args`` with the ``file`` logger writing ``metrics_file``."""
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": metrics_file, "RAY_AUTH_MODE": "disabled",
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": metrics_file,
            "HF_HUB_OFFLINE": "1", "RAY_DEDUP_LOGS": "0", **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)

@@ -53,7 +53,7 @@ def test_missing_column_names_the_key(tmp_path, ray_cluster):
 
 @pytest.mark.slow
 def test_main_eval_cli(generated_parquet, tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env = dict(os.environ)
     proc = subprocess.run([sys.executable, "-m", "hybridrl.trainer.main_eval", f"data.path={generated_parquet}"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

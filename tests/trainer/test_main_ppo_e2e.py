@@ -133,7 +133,7 @@ def test_exact_resume_after_sigterm_at_epoch_boundary(tiny_model_dir, arithmetic
 
 
 def _run_until_checkpoint_then_sigterm(args: list[str], metrics_file: str, tracker: str) -> None:
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": metrics_file, "RAY_AUTH_MODE": "disabled",
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": metrics_file,
            "HYBRIDRL_TEST_BLOCK_WHEN_EXISTS": tracker}
     proc = subprocess.Popen([sys.executable, "-m", "hybridrl.trainer.main_ppo", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

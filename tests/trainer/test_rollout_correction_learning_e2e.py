@@ -8,7 +8,7 @@ workers through ``actor_rollout_ref.model.external_lib``):
 - ``hf_perturbed_temperature``: samples at another temperature than ``rollout.temperature`` (the trainer's).
 
 Both report ``rollout_log_probs`` of the distribution they really sampled from, so ``rollout_corr/*`` sees a real
-behaviour policy μ ≠ π. The learning test pins one seed (runs are deterministic); the measurements over 4 seeds,
+behaviour policy μ ≠ π. The learning test pins one seed (runs are deterministic); the measurements over 5 seeds,
 and what they do and do not show, are in docs/rollout-correction.md, "Learning test".
 """
 

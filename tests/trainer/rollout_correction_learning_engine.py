@@ -35,6 +35,7 @@ class PerturbedTemperatureRollout(HFRollout):
     def __init__(self, *args: Any, sampling_temperature: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sampling_temperature = float(sampling_temperature)
+        self._validating = False
 
     def _generate_token_ids(self, prompt_token_ids: list[list[int]], params: SamplingParams):
         if not params.greedy and not self._validating:
@@ -47,17 +48,19 @@ class PerturbedTemperatureRollout(HFRollout):
         return super().generate_sequences(prompts)
 
 
+def _build_perturbed(engine_class: type[HFRollout], rollout_config: Any, model_config: Any, kw: dict, **knobs: Any):
+    """The hf engine's model and arguments (``rollout/__init__._build_hf``) plus the perturbation's knobs."""
+    model = build_hf_engine_model(rollout_config, model_config, **kw)
+    return engine_class(
+        model, rollout_config, eos_token_ids=kw["eos_token_ids"], pad_token_id=kw["pad_token_id"], seed=kw["seed"],
+        **knobs,
+    )
+
+
 @register_rollout(ENGINE_NAME)
 def _build(rollout_config: Any, model_config: Any, **kw: Any) -> PerturbedTemperatureRollout:
-    model = build_hf_engine_model(rollout_config, model_config, **kw)
-    return PerturbedTemperatureRollout(
-        model,
-        rollout_config,
-        eos_token_ids=kw["eos_token_ids"],
-        pad_token_id=kw["pad_token_id"],
-        seed=kw["seed"],
-        sampling_temperature=rollout_config.engine_kwargs.perturbed.sampling_temperature,
-    )
+    temperature = rollout_config.engine_kwargs.perturbed.sampling_temperature
+    return _build_perturbed(PerturbedTemperatureRollout, rollout_config, model_config, kw, sampling_temperature=temperature)
 
 
 STALE_ENGINE_NAME = "hf_stale_weights"
@@ -89,12 +92,5 @@ class StaleWeightsRollout(HFRollout):
 
 @register_rollout(STALE_ENGINE_NAME)
 def _build_stale(rollout_config: Any, model_config: Any, **kw: Any) -> StaleWeightsRollout:
-    model = build_hf_engine_model(rollout_config, model_config, **kw)
-    return StaleWeightsRollout(
-        model,
-        rollout_config,
-        eos_token_ids=kw["eos_token_ids"],
-        pad_token_id=kw["pad_token_id"],
-        seed=kw["seed"],
-        staleness=rollout_config.engine_kwargs.perturbed.staleness,
-    )
+    staleness = rollout_config.engine_kwargs.perturbed.staleness
+    return _build_perturbed(StaleWeightsRollout, rollout_config, model_config, kw, staleness=staleness)

@@ -5,6 +5,10 @@ return_logprob=...)``, ``engine.update_weights_from_tensor(named_tensors)``,
 ``engine.get_weights_by_name(name, truncate_size)`` (first k values → ``sample_mode = "prefix"``),
 ``engine.release_memory_occupation()`` / ``engine.resume_memory_occupation()`` for sleep / wake.
 SGLang cannot be installed on the CPU machine; its real test is ``@pytest.mark.gpu``.
+
+Log-probs: ``meta_info.output_token_logprobs`` as SGLang returns them; per SGLang's documentation and tests these are
+taken after temperature scaling (``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` gives T = 1 instead), i.e. hybridrl's
+definition (``sampling.py``) — not verified here (docs/rollout-correction.md, engine table).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Same GRPO run (tiny model, quickstart arithmetic data, hf rollout) three ways:
 
     sync            trainer.v1.trainer_mode=sync, 1 hybrid-engine process (generate, then train, in turn)
-    sync_2proc      sync on 2 processes (the same process count as separate_async; --with-sync-2proc)
+    sync_2proc      sync on 2 data-parallel processes (the same process count as separate_async)
     separate_async  1 actor process + 1 rollout process (rollout.nnodes=1, n_gpus_per_node=1), weights pushed
                     every step (parameter_sync_step=1), one batch ahead, threshold 1
 
@@ -12,7 +12,7 @@ separate_async: ``async/trainer_idle_s`` (the driver waits for a batch the rollo
 Medians over the steps after the first. On a 2-core machine the processes share the cores, so the wall-clock
 gain is bounded; the idle-time figures show what overlap buys. JSON to stdout.
 
-    python scripts/bench/bench_async_modes.py --steps 6
+    python scripts/bench/bench_async_modes.py --steps 6 [--modes sync,separate_async,sync_2proc]
 """
 
 from __future__ import annotations
@@ -63,14 +63,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per worker process")
     parser.add_argument("--response-length", type=int, default=32)
-    parser.add_argument("--with-sync-2proc", action="store_true")
+    parser.add_argument("--modes", default="sync,separate_async", help="comma-separated: sync, separate_async, sync_2proc")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     model_dir, data_dir = quickstart_assets("tiny")
     shape = GRPOShape(prompts=4, n=4, response_length=args.response_length, micro=16)
-    runs = {"sync": (1, {}), "separate_async": (1, SEPARATE)}
-    if args.with_sync_2proc:
-        runs["sync_2proc"] = (2, {})
+    half_micro = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": shape.micro // 2,
+                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": shape.micro // 2}
+    known = {"sync": (1, {}), "separate_async": (1, SEPARATE), "sync_2proc": (2, half_micro)}
+    runs = {name: known[name] for name in args.modes.split(",")}
     result: dict[str, object] = {"steps": args.steps, "samples_per_step": shape.samples_per_step,
                                  "threads_per_process": args.threads, "cpu_count": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
             out_dir = os.path.join(tmp, name)
             overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, workers, out_dir, extra=extra)
             run = run_main_ppo(overrides, out_dir, threads=args.threads)
-            idle_key = "async/trainer_idle_s" if extra else "timing_s/gen"
+            idle_key = "async/trainer_idle_s" if name == "separate_async" else "timing_s/gen"
             result[name] = summarize_run(run, idle_key)
     emit_json(result, args.out)
 

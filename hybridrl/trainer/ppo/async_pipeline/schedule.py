@@ -22,8 +22,6 @@ from typing import Any
 
 __all__ = ["AsyncSettings", "VersionClock", "may_launch", "predicted_staleness", "should_drop"]
 
-MODES = ("sync", "colocate_async", "separate_async")
-STRATEGIES = ("drop", "wait")
 
 
 @dataclass(frozen=True)

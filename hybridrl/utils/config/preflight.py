@@ -76,7 +76,7 @@ def check_resume_tracker(config: DictConfig) -> list[ConfigProblem]:
             return []
         return [ConfigProblem(
             "trainer.resume_mode", f"the tracker file {tracker} is corrupt (content {text[:40]!r}, not a step number).",
-            f"write the step of a complete global_step_N folder into it, delete it to start over, or set "
+            "write the step of a complete global_step_N folder into it, delete it to start over, or set "
             "trainer.resume_mode=disable (or resume_path with trainer.resume_from_path=<global_step_N folder>).",
         )]
     if mode == "resume_path":

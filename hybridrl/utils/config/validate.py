@@ -15,9 +15,9 @@ from hybridrl.utils.config.checks_async import check_async_modes
 from hybridrl.utils.config.checks_batch import check_batch_sizes
 from hybridrl.utils.config.checks_env import check_environment
 from hybridrl.utils.config.checks_optim import check_optimizers
-from hybridrl.utils.config.checks_types import check_value_types
 from hybridrl.utils.config.checks_rollout import check_rollout_mode
 from hybridrl.utils.config.checks_rollout_correction import check_rollout_correction
+from hybridrl.utils.config.checks_types import check_value_types
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem
 from hybridrl.utils.config.unsupported import check_unsupported
 

@@ -50,16 +50,30 @@ def _config(tiny_model_dir, data_files, tmp_path, *extra: str):
     ])
 
 
+@pytest.fixture(autouse=True)
+def ray_never_reached(monkeypatch):
+    """The step after preflight (the task runner: init_ray, workers) fails the test if it is ever reached."""
+    import hybridrl.trainer.ppo.task_runner as task_runner
+
+    def reached_ray(*args, **kwargs):
+        raise AssertionError("preflight let the run reach Ray (task_runner.run_ppo was called)")
+
+    monkeypatch.setattr(task_runner, "run_ppo", reached_ray)
+
+
 def _preflight_error(config) -> str:
-    """Run main_ppo's run_ppo; it must fail in preflight: ConfigError, < 2 s, Ray never initialised."""
+    """Run main_ppo's run_ppo; it must fail in preflight: ConfigError, < 2 s, Ray neither started nor reached.
+
+    (Another test of the session may have started the shared Ray cluster: "not started" = unchanged.)
+    """
     import ray
 
-    assert not ray.is_initialized()
+    ray_was_up = ray.is_initialized()
     start = time.perf_counter()
     with pytest.raises(ConfigError) as raised:
         run_ppo(config)
     elapsed = time.perf_counter() - start
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == ray_was_up
     assert elapsed < PREFLIGHT_SECONDS, f"preflight took {elapsed:.2f} s"
     return str(raised.value)
 

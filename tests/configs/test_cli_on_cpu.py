@@ -55,7 +55,7 @@ def test_non_dividing_batch_fails_before_anything_heavy(tmp_path):
     assert "HEAVY False False" in result.stderr
 
 
-def test_valid_config_prints_the_plan_then_reaches_the_trainer(tmp_path):
+def test_valid_config_prints_the_plan_then_reaches_the_file_checks(tmp_path):
     for name in ("train.parquet", "test.parquet"):
         (tmp_path / name).write_bytes(b"PAR1")
     args = [
@@ -75,7 +75,7 @@ def test_valid_config_prints_the_plan_then_reaches_the_trainer(tmp_path):
     ]
     result = _run(["hybridrl.trainer.main_ppo", *args], tmp_path)
     assert "Batch plan" in result.stdout and "samples per rank per step" in result.stdout
-    # the trainer starts and the (deliberately corrupt) parquet is reported by file name
+    # the config passes; the preflight (before Ray) reports the (deliberately corrupt) parquet by file name
     assert result.returncode != 0 and "train.parquet" in result.stdout + result.stderr
 
 

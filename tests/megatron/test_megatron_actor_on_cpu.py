@@ -19,7 +19,7 @@ def _log_probs_update_probe(rank: int, model_dir: str, tp_size: int, strategy: s
     from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    config = policy_config(model_dir, tp_size, "actor_rollout_ref.rollout.response_length=4")
+    config = policy_config(model_dir, tp_size, "actor_rollout_ref.rollout.response_length=4", strategy=strategy)
     worker_class = MegatronActorRolloutRefWorker if strategy == "megatron" else ActorRolloutRefWorker
     worker = worker_class(config, role="actor_rollout")
     worker.init_model()

@@ -75,12 +75,15 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
         enabled = [key for key in _OFFLOAD_KEYS if bool(megatron_config[key])]
         if enabled:
-            raise NotImplementedError(f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False.")
+            raise NotImplementedError(
+                f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False."
+            )
         if not hasattr(self, "hf_config"):
             from transformers import AutoConfig
 
             model_config = self.config.model
-            self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=bool(model_config.trust_remote_code))
+            trust = bool(model_config.trust_remote_code)
+            self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=trust)
         return build_megatron_model(self.config.model.path, self.hf_config, megatron_config,
                                     _compute_dtype(self._device_name), self._device_name, trainable=trainable)
 
@@ -94,7 +97,8 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             self.actor_lr_scheduler = build_megatron_lr_scheduler(
                 optimizer, actor_config.optim, self.plan.total_training_steps
             )
-        plan = dict(update=self.plan.actor, log_prob=self.plan.old_log_prob, temperature=float(self.config.rollout.temperature))
+        temperature = float(self.config.rollout.temperature)
+        plan = dict(update=self.plan.actor, log_prob=self.plan.old_log_prob, temperature=temperature)
         offload = bool(self.config.model.enable_activation_offload)
         self.actor = self.actor_class(actor_config, self.actor_model, self.actor_optimizer,
                                       use_remove_padding=use_remove_padding, enable_activation_offload=offload, **plan)
@@ -153,5 +157,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
         raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")

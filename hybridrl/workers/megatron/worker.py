@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
@@ -37,6 +38,8 @@ from hybridrl.workers.megatron.parallel import init_megatron_parallel
 __all__ = ["MegatronActorRolloutRefWorker", "model_parallel_size"]
 
 _OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
+_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                  "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel")
 MESH = "actor"  # the dispatch mesh of the actor's and the reference's data-parallel ranks
 
 
@@ -73,7 +76,8 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         return super()._standalone_plan(world_size // parallel)
 
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
-        enabled = [key for key in _OFFLOAD_KEYS if bool(megatron_config[key])]
+        # the reference's section has param_offload only
+        enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
         if enabled:
             raise NotImplementedError(
                 f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False."
@@ -112,7 +116,11 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
-        ref_model = self._build_model(ref_config.megatron, trainable=False)
+        megatron_config = ref_config.megatron
+        if self._is_actor or self._is_rollout:  # verl: a reference in the actor's worker uses the actor's layout
+            layout = {key: self.config.actor.megatron[key] for key in _PARALLEL_KEYS}
+            megatron_config = OmegaConf.merge(megatron_config, layout)
+        ref_model = self._build_model(megatron_config, trainable=False)
         self.ref_module = ref_model.causal_lm
         self.ref_policy = MegatronPPOActor(
             ref_config,

@@ -33,4 +33,10 @@ if [ "${1:-all}" != "fast" ]; then
     bash scripts/setup_vllm_cpu_env.sh
     VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider tests/workers/rollout tests/workers/sharding_manager tests/trainer tests/serving
   fi
+  if [ "${HYBRIDRL_SKIP_MEGATRON:-0}" != "1" ]; then
+    # megatron-core + mbridge need transformers 4.x: their tests run in a separate environment (.venv-megatron).
+    echo "[test] Megatron (megatron-core on CPU) suite in .venv-megatron"
+    bash scripts/setup_megatron_env.sh
+    VENV=.venv-megatron run_pytest -m "megatron" -q -p no:cacheprovider tests/megatron
+  fi
 fi

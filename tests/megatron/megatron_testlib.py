@@ -13,14 +13,13 @@ import torch.multiprocessing as mp
 
 from hybridrl.utils.ports import free_port
 
-# megatron_config sections for the tests (the keys of actor_rollout_ref.actor.megatron that the engine reads)
-def megatron_section(tp_size: int, use_mbridge: bool = False) -> dict[str, Any]:
-    return dict(
-        tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=None,
-        context_parallel_size=1, expert_model_parallel_size=1, expert_tensor_parallel_size=None, seed=42,
-        sequence_parallel=True, use_distributed_optimizer=True, override_transformer_config={},
-        use_mbridge=use_mbridge, param_offload=False, grad_offload=False, optimizer_offload=False,
-    )
+
+def megatron_section(tp_size: int, use_mbridge: bool = False) -> Any:
+    """``actor_rollout_ref.actor.megatron`` of the shipped ppo_megatron_trainer.yaml with this TP size and converter."""
+    from config_testlib import compose_section
+
+    return compose_section("actor_rollout_ref.actor.megatron", config_name="ppo_megatron_trainer",
+                           tensor_model_parallel_size=tp_size, use_mbridge=use_mbridge)
 
 
 def _child(rank: int, world_size: int, port: int, fn: Callable[..., dict], args: tuple, out_dir: str) -> None:
@@ -41,32 +40,25 @@ def run_ranks(fn: Callable[..., dict], world_size: int, out_dir: Path, *args: An
     return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
 
 
-# the megatron optimizer keys of verl 0.5's ppo_megatron_trainer.yaml (actor.optim) that ppo_trainer.yaml lacks
-_MEGATRON_OPTIM = dict(optimizer="adam", clip_grad=1.0, lr_warmup_init=0.0,
-                       lr_decay_steps=None, lr_decay_style="constant", min_lr=0.0)
-
-
-def policy_config(model_dir: str, tp_size: int, *overrides: str, use_mbridge: bool = False) -> Any:
-    """``actor_rollout_ref`` for the tiny model: ppo_trainer.yaml plus verl's Megatron keys (actor/ref.megatron,
-    the megatron optimizer keys) and ``strategy=megatron``; weight decay 0 (megatron-core exempts norms and
-    biases from it, FSDP's AdamW does not), lr 1e-3, mini-batch 4 of micro-batches of 2."""
+def policy_config(model_dir: str, tp_size: int, *overrides: str, strategy: str = "megatron") -> Any:
+    """``actor_rollout_ref`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or,
+    for ``strategy="fsdp2"``, ``ppo_trainer``. Weight decay 0 (megatron-core exempts norms and biases from it, FSDP's
+    AdamW does not), lr 1e-3, one mini-batch of 4 in micro-batches of 2, clip 1.0, the hf rollout."""
     from config_testlib import compose_config
-    from omegaconf import OmegaConf
 
-    config = compose_config("ppo_trainer", [
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.enable_gradient_checkpointing=False",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    common = [
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", "data.train_batch_size=4", *overrides,
-    ])
-    section = config.actor_rollout_ref
-    OmegaConf.set_struct(section, False)
-    megatron = megatron_section(tp_size, use_mbridge)
-    section.actor.megatron = megatron
-    section.ref.megatron = megatron
-    section.actor.optim = OmegaConf.merge(section.actor.optim, _MEGATRON_OPTIM)
-    return section
+    ]
+    if strategy == "megatron":
+        config = compose_config("ppo_megatron_trainer", [
+            *common, f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp_size}"])
+    else:
+        config = compose_config("ppo_trainer", [*common, "actor_rollout_ref.model.enable_gradient_checkpointing=False"])
+    return config.actor_rollout_ref
 
 
 def policy_batch(batch_size: int = 4, seed: int = 0) -> Any:

@@ -1,5 +1,7 @@
 """The Megatron policy worker against the FSDP2 one on the same tiny HF model (2 gloo ranks for TP=2).
 
+The Megatron workers play actor, rollout and reference (``actor_rollout_ref``); the FSDP2 one actor and rollout.
+
 Sequence on each: log-probs of a batch → one PPO update (1 mini-batch of 4, 2 micro-batches, Adam, lr 1e-3,
 clip 1.0, weight decay 0) → log-probs of a probe batch. Tolerances (fp32): log-probs 1e-5 before and after the
 update (measured: 4.8e-7 before, 9.5e-7 after, TP=1 and TP=2 alike), the update's metrics 1e-5 relative.
@@ -19,15 +21,17 @@ def _log_probs_update_probe(rank: int, model_dir: str, tp_size: int, strategy: s
     from hybridrl.workers.fsdp_workers import ActorRolloutRefWorker
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    config = policy_config(model_dir, tp_size, "actor_rollout_ref.rollout.response_length=4")
+    config = policy_config(model_dir, tp_size, "actor_rollout_ref.rollout.response_length=4", strategy=strategy)
     worker_class = MegatronActorRolloutRefWorker if strategy == "megatron" else ActorRolloutRefWorker
-    worker = worker_class(config, role="actor_rollout")
+    worker = worker_class(config, role="actor_rollout_ref" if strategy == "megatron" else "actor_rollout")
     worker.init_model()
     data = policy_batch(seed=1)
     before = worker.compute_log_prob(data).batch["old_log_probs"]
     data.batch["old_log_probs"] = before + 0.01 * data.batch["response_mask"]  # off-policy: ratio ≠ 1 exercises clipping
     metrics = worker.update_actor(data).meta_info["metrics"]
     after = worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"]
+    # the reference (a second, frozen Megatron model) still scores with the initial weights
+    ref = worker.compute_ref_log_prob(data).batch["ref_log_prob"] if strategy == "megatron" else before
     # the hf rollout follows the updated actor: weights synced (gathered over TP), verified, then greedy decoding
     prompts = policy_batch(seed=2).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
     for key in ("input_ids", "attention_mask", "position_ids"):
@@ -35,7 +39,7 @@ def _log_probs_update_probe(rank: int, model_dir: str, tp_size: int, strategy: s
     prompts.meta_info["do_sample"] = False
     generated = worker.generate_sequences(prompts)
     sync = generated.meta_info["metrics"]
-    return {"before": before, "after": after, "responses": generated.batch["responses"],
+    return {"before": before, "after": after, "ref": ref, "responses": generated.batch["responses"],
             "synced": sync["rollout/weight_sync_tensors"], "verified": sync["rollout/weight_sync_verified_tensors"],
             **{key: float(metrics[key][0]) for key in _METRICS}}
 
@@ -62,4 +66,5 @@ def test_megatron_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
     assert fsdp["synced"] == 27
     for megatron in (tp1, *tp2):
         assert megatron["synced"] == 26 and megatron["verified"] > 0
+        torch.testing.assert_close(megatron["ref"], megatron["before"], rtol=0, atol=LOG_PROB_TOLERANCE)
         assert torch.equal(megatron["responses"], fsdp["responses"])

@@ -23,14 +23,13 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _logits_and_export(rank: int, model_dir: str, tp_size: int, use_mbridge: bool) -> dict:
-    from omegaconf import OmegaConf
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from hybridrl.workers.megatron.engine import build_megatron_model, export_hf_weights
     from hybridrl.workers.megatron.parallel import init_megatron_parallel
     from hybridrl.workers.megatron.weights import read_hf_state_dict
 
-    megatron_config = OmegaConf.create(megatron_section(tp_size, use_mbridge))
+    megatron_config = megatron_section(tp_size, use_mbridge)
     init_megatron_parallel(megatron_config, "cpu")
     hf_config = AutoConfig.from_pretrained(model_dir)
     model = build_megatron_model(model_dir, hf_config, megatron_config, torch.float32, "cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # The YAMLs mirroring verl 0.5's (their keys are frozen against verl's, tests/configs/reference/).
-CONFIG_NAMES = ("ppo_trainer", "sft_trainer", "generation", "evaluation")
+CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer", "sft_trainer", "generation", "evaluation")
 # hybridrl-only YAMLs (no verl counterpart): every key is listed in additions_allowlist.txt.
 HYBRIDRL_CONFIG_NAMES = ("serve",)
 ADDITIONS_FILE = "additions_allowlist.txt"

@@ -123,7 +123,9 @@ def build_megatron_lr_scheduler(megatron_optimizer: Any, optim_config: Any, tota
     ``min_lr`` over ``lr_decay_steps`` (null: the total steps). One ``step()`` per optimizer step."""
     lr, min_lr = float(optim_config.lr), float(optim_config.min_lr)
     warmup = optim_config.lr_warmup_steps
-    warmup = int(warmup) if warmup is not None and warmup > 0 else int(optim_config.lr_warmup_steps_ratio * total_training_steps)
+    if warmup is None or warmup <= 0:
+        warmup = optim_config.lr_warmup_steps_ratio * total_training_steps
+    warmup = int(warmup)
     decay_steps = int(optim_config.lr_decay_steps or total_training_steps)
     style, init = str(optim_config.lr_decay_style), float(optim_config.lr_warmup_init)
     if style not in ("constant", "linear", "cosine"):

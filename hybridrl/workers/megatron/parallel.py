@@ -52,13 +52,18 @@ def init_megatron_parallel(megatron_config: Any, device_name: str) -> MegatronRa
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=int(megatron_config.tensor_model_parallel_size),
             pipeline_model_parallel_size=int(megatron_config.pipeline_model_parallel_size),
-            virtual_pipeline_model_parallel_size=megatron_config.virtual_pipeline_model_parallel_size,
+            virtual_pipeline_model_parallel_size=_optional_int(megatron_config.virtual_pipeline_model_parallel_size),
             context_parallel_size=int(megatron_config.context_parallel_size),
             expert_model_parallel_size=int(megatron_config.expert_model_parallel_size),
-            expert_tensor_parallel_size=megatron_config.expert_tensor_parallel_size,
+            expert_tensor_parallel_size=_optional_int(megatron_config.expert_tensor_parallel_size),
         )
     tensor_parallel.model_parallel_cuda_manual_seed(int(megatron_config.seed))
     return rank_info()
+
+
+def _optional_int(value: Any) -> int | None:
+    """``None`` for null (and for the string ``"None"``, verl 0.5's default of ``ref.megatron.expert_tensor_parallel_size``)."""
+    return None if value is None or value == "None" else int(value)
 
 
 def rank_info() -> MegatronRankInfo:

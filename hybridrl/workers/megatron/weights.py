@@ -108,7 +108,8 @@ def read_hf_state_dict(model_path: str) -> dict[str, torch.Tensor]:
     files = sorted(glob.glob(os.path.join(os.path.expanduser(model_path), "*.safetensors")))
     if not files:
         raise FileNotFoundError(
-            f"strategy=megatron (use_mbridge=False) reads *.safetensors from actor_rollout_ref.model.path={model_path!r}; "
+            "strategy=megatron (use_mbridge=False) reads *.safetensors from "
+            f"actor_rollout_ref.model.path={model_path!r}; "
             "none found (save the model with safe_serialization=True)."
         )
     state: dict[str, torch.Tensor] = {}
@@ -145,7 +146,9 @@ def load_hf_weights(model: nn.Module, hf_state: dict[str, torch.Tensor], hf_conf
         full = _pad_vocab(name, full, param.shape[0] * tp_size)
         shard = _tp_shard(name, full, param, tp_rank, tp_size)
         if shard.shape != param.shape:
-            raise ValueError(f"HF weights of {name!r} give shape {tuple(shard.shape)}, the model has {tuple(param.shape)}")
+            raise ValueError(
+                f"HF weights of {name!r} give shape {tuple(shard.shape)}, the model has {tuple(param.shape)}"
+            )
         param.copy_(shard.to(param.dtype))
     return sum(1 for _ in model.parameters())
 

@@ -6,8 +6,12 @@ the builders differ: the actor and the reference are megatron-core models
 (:mod:`hybridrl.workers.megatron.engine`), trained by :class:`MegatronPPOActor`, and the hybrid-engine rollout
 receives the actor's weights as HF tensors gathered over TP (:func:`export_hf_weights`), verified as for FSDP.
 
-Batch sizes: the data-parallel size is ``world / (TP × PP × CP)``; every rank of a TP group must receive the
-same data. Not implemented yet (they raise): PP/CP > 1, megatron param/grad/optimizer offload, checkpoints.
+Dispatch (verl 0.5's Megatron workers): the model-parallel groups are made in the constructor and each rank
+registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_ref_log_prob`` and
+``update_actor`` split the batch over DP ranks, give every rank of a TP group the same slice and collect from
+TP rank 0 (``make_nd_compute_dataproto_dispatch_fn``). ``generate_sequences`` keeps the FSDP worker's
+``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
+(``world / (TP × PP × CP)``). Not implemented yet (they raise): PP/CP > 1, megatron offload, checkpoints.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
-from hybridrl.single_controller.base.decorator import Dispatch, register
+from hybridrl.protocol import DataProto
+from hybridrl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from hybridrl.utils.config.batch_plan import PolicyWorkerPlan
 from hybridrl.workers.actor_rollout_ref_worker import ActorRolloutRefWorker
 from hybridrl.workers.megatron.actor import MegatronOptimizerHandle, MegatronPPOActor
@@ -32,6 +38,9 @@ from hybridrl.workers.megatron.parallel import init_megatron_parallel
 __all__ = ["MegatronActorRolloutRefWorker", "model_parallel_size"]
 
 _OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
+_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                  "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel")
+MESH = "actor"  # the dispatch mesh of the actor's and the reference's data-parallel ranks
 
 
 def model_parallel_size(megatron_config: Any) -> int:
@@ -50,6 +59,11 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     actor_class = MegatronPPOActor
 
+    def __init__(self, config: Any, role: str, plan: PolicyWorkerPlan | None = None) -> None:
+        super().__init__(config, role, plan)
+        rank = init_megatron_parallel(self._megatron_section(), self._device_name)
+        self._register_dispatch_collect_info(MESH, dp_rank=rank.dp_rank, is_collect=rank.is_collect_rank)
+
     def _megatron_section(self) -> Any:
         return self.config.actor.megatron if self._is_actor or self._is_rollout else self.config.ref.megatron
 
@@ -62,15 +76,18 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         return super()._standalone_plan(world_size // parallel)
 
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
-        enabled = [key for key in _OFFLOAD_KEYS if bool(megatron_config[key])]
+        # the reference's section has param_offload only
+        enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
         if enabled:
-            raise NotImplementedError(f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False.")
-        init_megatron_parallel(megatron_config, self._device_name)
+            raise NotImplementedError(
+                f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False."
+            )
         if not hasattr(self, "hf_config"):
             from transformers import AutoConfig
 
             model_config = self.config.model
-            self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=bool(model_config.trust_remote_code))
+            trust = bool(model_config.trust_remote_code)
+            self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=trust)
         return build_megatron_model(self.config.model.path, self.hf_config, megatron_config,
                                     _compute_dtype(self._device_name), self._device_name, trainable=trainable)
 
@@ -84,7 +101,8 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             self.actor_lr_scheduler = build_megatron_lr_scheduler(
                 optimizer, actor_config.optim, self.plan.total_training_steps
             )
-        plan = dict(update=self.plan.actor, log_prob=self.plan.old_log_prob, temperature=float(self.config.rollout.temperature))
+        temperature = float(self.config.rollout.temperature)
+        plan = dict(update=self.plan.actor, log_prob=self.plan.old_log_prob, temperature=temperature)
         offload = bool(self.config.model.enable_activation_offload)
         self.actor = self.actor_class(actor_config, self.actor_model, self.actor_optimizer,
                                       use_remove_padding=use_remove_padding, enable_activation_offload=offload, **plan)
@@ -98,7 +116,11 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
-        ref_model = self._build_model(ref_config.megatron, trainable=False)
+        megatron_config = ref_config.megatron
+        if self._is_actor or self._is_rollout:  # verl: a reference in the actor's worker uses the actor's layout
+            layout = {key: self.config.actor.megatron[key] for key in _PARALLEL_KEYS}
+            megatron_config = OmegaConf.merge(megatron_config, layout)
+        ref_model = self._build_model(megatron_config, trainable=False)
         self.ref_module = ref_model.causal_lm
         self.ref_policy = MegatronPPOActor(
             ref_config,
@@ -107,6 +129,23 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             log_prob=self.plan.ref_log_prob,
             temperature=float(self.config.rollout.temperature),
         )
+
+    # ------------------------------------------------------------------ RPC surface: DP slices shared by a TP group
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=MESH))
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs [B, R]``, ``entropys [B, R]`` (the FSDP worker's, on this DP slice)."""
+        return super().compute_log_prob(data)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=MESH))
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob [B, R]`` (the FSDP worker's, on this DP slice)."""
+        return super().compute_ref_log_prob(data)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=MESH))
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO update on this DP slice; ``meta_info["metrics"]`` (the FSDP worker's)."""
+        return super().update_actor(data)
 
     # ------------------------------------------------------------------ offload (not implemented: refused at build)
 
@@ -126,5 +165,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
         raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")

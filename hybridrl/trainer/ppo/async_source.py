@@ -11,7 +11,7 @@ from typing import Any
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.async_pipeline import AsyncBatchSource, AsyncSettings
-from hybridrl.trainer.ppo.async_pipeline.launchers import WeightPusher, make_launcher
+from hybridrl.trainer.ppo.async_pipeline.launchers import SerialRolloutLauncher, WeightPusher, make_launcher
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StepSettings
 
 __all__ = ["StageFunctions", "make_async_source", "prompt_stream"]
@@ -53,14 +53,16 @@ class StageFunctions:
 def make_async_source(settings: AsyncSettings, workers: Any, dataloader: Any, step_settings: StepSettings,
                       reward_fn: Any) -> AsyncBatchSource:
     """colocate_async: generations on the actor's own group (hybrid engine); separate_async: on the rollout's
-    pool, with weight pushes from the actor."""
+    pool, with weight pushes from the actor (with the agent loop, generations and loads share one driver thread)."""
     rollout = workers.rollout
+    launcher = make_launcher(rollout, own_pool=not settings.colocated)
     pusher = None
     if not settings.colocated:
         if workers.standalone_rollout is None:
             raise ValueError("trainer.v1.trainer_mode=separate_async needs a rollout worker group on its own pool "
                              "(Role.Rollout in role_worker_mapping; main_ppo builds it from "
                              "actor_rollout_ref.rollout.nnodes / n_gpus_per_node)")
-        pusher = WeightPusher(workers.actor_rollout, workers.standalone_rollout)
+        serial = launcher if isinstance(launcher, SerialRolloutLauncher) else None  # the agent loop
+        pusher = WeightPusher(workers.actor_rollout, workers.standalone_rollout, serial)
     step = StageFunctions(rollout, step_settings, reward_fn, workers.rm, workers.actor_rollout.world_size)
-    return AsyncBatchSource(settings, make_launcher(rollout), prompt_stream(dataloader), step, pusher)
+    return AsyncBatchSource(settings, launcher, prompt_stream(dataloader), step, pusher)

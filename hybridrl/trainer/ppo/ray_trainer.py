@@ -200,7 +200,9 @@ class RayPPOTrainer:
         if self.config.actor_rollout_ref.rollout.mode == "async":  # server-mode rollout through agent loops
             from hybridrl.experimental.agent_loop import AgentLoopManager
 
-            self.async_rollout_manager = AgentLoopManager(self.config, self.workers.actor_rollout)
+            servers = self.workers.standalone_rollout  # separate_async: the rollout's own pool serves
+            servers = self.workers.actor_rollout if servers is None else servers
+            self.async_rollout_manager = AgentLoopManager(self.config, servers)
             self.workers = replace(self.workers, rollout_manager=self.async_rollout_manager)
 
     def _worker_init_kwargs(self) -> dict[Role, dict[str, Any]]:

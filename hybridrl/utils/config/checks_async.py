@@ -66,10 +66,6 @@ def _refused_with_async(config: DictConfig, mode: str) -> list[ConfigProblem]:
                                       f"{V1}.trainer_mode={mode} batches come from older weights by design, so the "
                                       "rollout and training probabilities differ.",
                                       "set it to null (training/rollout_probs_diff_* are still logged)."))
-    if mode == "separate_async" and get(config, f"{ROLLOUT}.mode") == "async":
-        problems.append(ConfigProblem(f"{ROLLOUT}.mode", f"the agent loop (rollout.mode=async) runs on the actor's "
-                                      f"engines; {V1}.trainer_mode=separate_async is not implemented with it.",
-                                      f"use {V1}.trainer_mode=colocate_async, or rollout.mode=sync."))
     return problems
 
 

@@ -21,6 +21,7 @@ def test_defaults_and_valid_modes_pass():
     assert _keys([]) == []
     assert _keys(["trainer.v1.trainer_mode=colocate_async"]) == []
     assert _keys(SEPARATE) == []
+    assert _keys([*SEPARATE, "actor_rollout_ref.rollout.mode=async"]) == []  # the agent loop on the rollout's pool
     assert _keys([*SEPARATE, "trainer.v1.separate_async.parameter_sync_step=1",
                   "trainer.v1.sampler.max_off_policy_threshold=1", "trainer.v1.sampler.max_off_policy_strategy=wait"]) == []
 
@@ -55,7 +56,6 @@ def test_drop_with_more_batches_ahead_than_the_threshold_is_refused():
 
 def test_unsupported_combinations_are_refused():
     assert _keys(["trainer.v1.trainer_mode=colocate_async", "algorithm.adv_estimator=remax"]) == ["algorithm.adv_estimator"]
-    assert _keys([*SEPARATE, "actor_rollout_ref.rollout.mode=async"]) == ["actor_rollout_ref.rollout.mode"]
     assert _keys(["trainer.v1.trainer_mode=colocate_async", "trainer.rollout_probs_diff_max_bound=0.1"]) == [
         "trainer.rollout_probs_diff_max_bound"]
     assert _keys(["trainer.v1.sampler.sync_refill_failed_groups=True"]) == ["trainer.v1.sampler.sync_refill_failed_groups"]

@@ -115,3 +115,35 @@ def test_colocate_async_with_the_agent_loop(tiny_model_dir, arithmetic_data_dir,
     assert [metrics[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
     assert [metrics[s]["async/buffer_size"] for s in (1, 2, 3)] == [1, 1, 0]
     assert all("training/rollout_probs_diff_mean" in metrics[s] for s in (1, 2, 3))
+
+
+def test_separate_async_with_the_agent_loop(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    """separate_async + rollout.mode=async: the agent loop serves from the rollout's own 1-process pool; its
+    generations and the weight loads run in order on one driver thread. Pushes after every update, threshold 1,
+    3 steps with a barrier (validation) at step 2. Staleness by hand: 0 (batch 1, version 0), 1 (batch 2 enqueued
+    before update 1), 0 (batch 3 enqueued after the barrier's push of version 2). Step 3 trains right after a push,
+    so the rollout's and the trainer's probabilities must agree."""
+    metrics_file = str(tmp_path / "metrics.jsonl")
+    args = grpo_args(tiny_model_dir, arithmetic_data_dir, str(tmp_path / "ckpt"), **{
+        "trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.parameter_sync_step": 1,
+        "trainer.v1.sampler.max_off_policy_threshold": 1, "trainer.n_gpus_per_node": 1,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 16,
+        "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 1,
+        "actor_rollout_ref.rollout.mode": "async", "actor_rollout_ref.rollout.agent.num_workers": 1,
+        "actor_rollout_ref.rollout.calculate_log_probs": True, "data.return_raw_chat": True,
+        "trainer.total_epochs": 2, "trainer.total_training_steps": 3, "trainer.test_freq": 2,
+        "trainer.save_freq": -1, "trainer.val_before_train": False})
+    proc = run_main_ppo(args, metrics_file)
+    assert proc.returncode == 0, failure_report(proc)
+    assert "[trainer] rollout_pool: rollout on 1 rank(s)" in proc.stdout + proc.stderr
+    metrics = read_metrics(metrics_file)
+    staleness = [metrics[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3)]
+    assert staleness == [0.0, 1.0, 0.0]
+    assert max(staleness) <= 1  # never over trainer.v1.sampler.max_off_policy_threshold
+    assert [metrics[s]["async/rollout_version"] for s in (1, 2, 3)] == [1, 2, 3]
+    assert sum(metrics[s].get("rollout/weight_pushes", 0.0) for s in metrics) == 3
+    assert metrics[3]["rollout/weight_sync_mb"] > 0
+    assert metrics[3]["async/rollout_idle_s"] >= 0
+    assert any(key.startswith("val-core/") for key in metrics[2])  # validation served by the rollout's pool
+    for step in (1, 3):  # on-policy: the engine holds exactly the trainer's weights (step 3: pushed)
+        assert metrics[step]["training/rollout_probs_diff_max"] < 0.05, metrics[step]

@@ -5,6 +5,10 @@
     ThreadGenerationLauncher  a rollout whose generate blocks (the agent-loop manager, rollout.mode=async): one
                               driver thread runs the calls in order; the driver joins it before it calls the
                               workers itself, so calls never interleave
+    SerialRolloutLauncher     separate_async with the agent loop: the rollout's pool serves requests (asyncio
+                              actors, whose calls Ray does not order), so the order lives on the driver: one thread
+                              runs "generate batch i" and "load weights v" jobs in the order the schedule enqueued
+                              them; it calls only the rollout's pool, so the driver never joins it
     WeightPusher              separate_async: actor.publish_weights(version) → rollout.receive_weights(package),
                               the push enqueued behind the generations already queued (those finish with the old
                               weights: a push never interrupts a generation)
@@ -12,14 +16,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from hybridrl.protocol import DataProto
 
-__all__ = ["RayGenerationLauncher", "ThreadGenerationLauncher", "WeightPusher", "make_launcher",
-           "pop_rollout_span"]
+__all__ = ["RayGenerationLauncher", "SerialRolloutLauncher", "ThreadGenerationLauncher", "WeightPusher",
+           "make_launcher", "pop_rollout_span"]
 
 # generate_sequences_nonblocking reports the worker-side wall span of each generation under these metric keys
 SPAN_START_KEY, SPAN_END_KEY = "async/rollout_start_unix", "async/rollout_end_unix"
@@ -56,11 +61,35 @@ class ThreadGenerationLauncher:
         self._executor.shutdown(wait=True)
 
 
-def make_launcher(rollout: Any) -> RayGenerationLauncher | ThreadGenerationLauncher:
-    """The launcher for ``rollout``: a worker group that has the non-blocking generate, else a thread."""
+class SerialRolloutLauncher(ThreadGenerationLauncher):
+    """separate_async with a blocking rollout on its own pool: generations and weight loads on one driver thread,
+    in the order enqueued (a load never overlaps a generation; each batch's version is fixed by that order)."""
+
+    joins_before_worker_calls = False  # the thread calls only the rollout's pool, never the driver's groups
+
+    def launch(self, gen_batch: DataProto) -> Callable[[], DataProto]:
+        return self.submit(_generate_with_span, self.rollout, gen_batch).result
+
+    def submit(self, job: Callable[..., Any], *args: Any) -> Future:
+        """Run ``job(*args)`` after every job enqueued before it."""
+        return self._executor.submit(job, *args)
+
+
+def _generate_with_span(rollout: Any, gen_batch: DataProto) -> DataProto:
+    """``rollout.generate_sequences`` with its wall span under the span keys (driver-side unix seconds)."""
+    start = time.time()
+    output = rollout.generate_sequences(gen_batch)
+    metrics = output.meta_info.setdefault("metrics", {})
+    metrics.update({SPAN_START_KEY: start, SPAN_END_KEY: time.time()})
+    return output
+
+
+def make_launcher(rollout: Any, own_pool: bool = False) -> Any:
+    """The launcher for ``rollout``: a worker group that has the non-blocking generate; else a thread, which
+    also carries the weight loads when the rollout has a pool of its own (``own_pool``: separate_async)."""
     if hasattr(rollout, "generate_sequences_nonblocking"):
         return RayGenerationLauncher(rollout)
-    return ThreadGenerationLauncher(rollout)
+    return SerialRolloutLauncher(rollout) if own_pool else ThreadGenerationLauncher(rollout)
 
 
 def pop_rollout_span(output: DataProto) -> tuple[float, float] | None:
@@ -75,34 +104,61 @@ def pop_rollout_span(output: DataProto) -> tuple[float, float] | None:
     return min(starts), max(ends)
 
 
+class _PendingRefs:
+    """The refs of one ``receive_weights`` call, read like a Future (``done`` / ``result``)."""
+
+    def __init__(self, refs: Any) -> None:
+        self.refs = refs if isinstance(refs, list) else [refs]
+
+    def done(self) -> bool:
+        import ray
+
+        return len(ray.wait(self.refs, num_returns=len(self.refs), timeout=0)[0]) == len(self.refs)
+
+    def result(self) -> list[Any]:
+        import ray
+
+        return ray.get(self.refs)
+
+
+def _receive(rollout_group: Any, package: Any) -> list[Any]:
+    """A serial job: the rollout's ranks load ``package``; returns their metrics once all are done."""
+    return _PendingRefs(rollout_group.receive_weights(package)).result()
+
+
 class WeightPusher:
     """separate_async's weight push (the wsync interface of issue 19): the actor's ranks publish a
-    ``WeightPackage`` (buckets in Ray's object store), the rollout loads it, non-blocking."""
+    ``WeightPackage`` (buckets in Ray's object store), the rollout loads it, non-blocking.
 
-    def __init__(self, actor_group: Any, rollout_group: Any) -> None:
+    Args:
+        serial: a ``SerialRolloutLauncher`` whose thread runs the loads in order with the generations (the
+            agent loop); None: the load is enqueued on the rollout's workers, which Ray runs in submission order.
+    """
+
+    def __init__(self, actor_group: Any, rollout_group: Any, serial: SerialRolloutLauncher | None = None) -> None:
         self.actor_group = actor_group
         self.rollout_group = rollout_group
-        self._pending: list[Any] = []  # refs of receive_weights calls not reported yet
+        self.serial = serial
+        self._pending: list[Any] = []  # receive_weights calls not reported yet (Future-like)
 
     def push(self, version: int) -> None:
         from hybridrl.workers.sharding_manager.weight_transfer import first_package
 
         package = first_package(self.actor_group.publish_weights(version))
-        refs = self.rollout_group.receive_weights(package)
-        self._pending.append(refs if isinstance(refs, list) else [refs])
+        if self.serial is not None:
+            self._pending.append(self.serial.submit(_receive, self.rollout_group, package))
+        else:
+            self._pending.append(_PendingRefs(self.rollout_group.receive_weights(package)))
 
     def finished_metrics(self, wait: bool = False) -> dict[str, float]:
         """Rank 0's metrics of the pushes the rollout has applied (all of them when ``wait``), summed over pushes,
         plus ``rollout/weight_pushes``."""
-        import ray
-
-        done, metrics = [], {}
-        for refs in self._pending:
-            if not wait and len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) < len(refs):
+        done, metrics = 0, {}
+        for pending in self._pending:
+            if not wait and not pending.done():
                 break  # later pushes run after this one
-            results = ray.get(refs)
-            for key, value in (results[0] or {}).items():
+            for key, value in (pending.result()[0] or {}).items():
                 metrics[key] = metrics.get(key, 0.0) + float(value)
-            done.append(refs)
-        self._pending = self._pending[len(done):]
-        return {**metrics, "rollout/weight_pushes": float(len(done))} if done else {}
+            done += 1
+        self._pending = self._pending[done:]
+        return {**metrics, "rollout/weight_pushes": float(done)} if done else {}

@@ -122,7 +122,8 @@ def test_separate_async_with_the_agent_loop(tiny_model_dir, arithmetic_data_dir,
     generations and the weight loads run in order on one driver thread. Pushes after every update, threshold 1,
     3 steps with a barrier (validation) at step 2. Staleness by hand: 0 (batch 1, version 0), 1 (batch 2 enqueued
     before update 1), 0 (batch 3 enqueued after the barrier's push of version 2). Step 3 trains right after a push,
-    so the rollout's and the trainer's probabilities must agree."""
+    so the rollout's and the trainer's probabilities must agree (measured: 1.9e-9 at step 3, 7.2e-6 at the 1-stale
+    step 2, float32 hf engine)."""
     metrics_file = str(tmp_path / "metrics.jsonl")
     args = grpo_args(tiny_model_dir, arithmetic_data_dir, str(tmp_path / "ckpt"), **{
         "trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.parameter_sync_step": 1,
@@ -145,5 +146,6 @@ def test_separate_async_with_the_agent_loop(tiny_model_dir, arithmetic_data_dir,
     assert metrics[3]["rollout/weight_sync_mb"] > 0
     assert metrics[3]["async/rollout_idle_s"] >= 0
     assert any(key.startswith("val-core/") for key in metrics[2])  # validation served by the rollout's pool
-    for step in (1, 3):  # on-policy: the engine holds exactly the trainer's weights (step 3: pushed)
-        assert metrics[step]["training/rollout_probs_diff_max"] < 0.05, metrics[step]
+    diff = {s: metrics[s]["training/rollout_probs_diff_max"] for s in (1, 2, 3)}
+    assert diff[1] < 0.05 and diff[3] < 0.05, diff  # on-policy: the engine holds the trainer's weights
+    assert diff[3] < diff[2], diff  # step 3's batch used the pushed version 2, not the 1-stale weights of step 2

@@ -19,11 +19,7 @@ from hybridrl.trainer.ppo.async_pipeline.launchers import (
     make_launcher,
     pop_rollout_span,
 )
-
-
-@dataclass
-class FakeOutput:
-    meta_info: dict = field(default_factory=dict)
+from tests.trainer.async_pipeline.test_schedule_on_cpu import FakeOutput
 
 
 @dataclass

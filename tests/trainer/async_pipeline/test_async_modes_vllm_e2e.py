@@ -19,21 +19,28 @@ SEPARATE_POOL = {"trainer.v1.separate_async.parameter_sync_step": 1, "trainer.v1
                  "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 1}
 
 
-@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+# separate_async with the agent loop: vLLM serves from the rollout's own pool; generations and loads share one
+# driver thread (docs/async-training.md)
+AGENT_LOOP = {"actor_rollout_ref.rollout.mode": "async", "actor_rollout_ref.rollout.agent.num_workers": 1,
+              "data.return_raw_chat": True}
+
+
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async", "separate_async+agent_loop"])
 def test_async_mode_with_vllm(mode, tiny_model_dir, arithmetic_data_dir, tmp_path):
     """3 steps, a barrier (validation) at step 2. Staleness by hand: 0 (batch 1, version 0), 1 (batch 2 enqueued
     before update 1), 0 (batch 3 enqueued after the barrier: colocated, the engine syncs from the actor; separate,
     the rollout pool got version 2 pushed at the barrier). The on-policy steps 1 and 3 must show the engine holding
     exactly the trainer's weights: rollout and training probabilities within 0.05."""
     ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    trainer_mode, _, agent_loop = mode.partition("+")
     args = grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **{
-        "trainer.v1.trainer_mode": mode,
+        "trainer.v1.trainer_mode": trainer_mode,
         "actor_rollout_ref.rollout.name": "vllm",
         "actor_rollout_ref.rollout.calculate_log_probs": True,
         "actor_rollout_ref.rollout.enforce_eager": True,
         "trainer.total_epochs": 2, "trainer.total_training_steps": 3, "trainer.test_freq": 2,
         "trainer.save_freq": -1, "trainer.val_before_train": False,
-        **(SEPARATE_POOL if mode == "separate_async" else {}),
+        **(SEPARATE_POOL if trainer_mode == "separate_async" else {}), **(AGENT_LOOP if agent_loop else {}),
     })
     proc = run_main_ppo(args, metrics_file, timeout=900, extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     assert proc.returncode == 0, failure_report(proc)

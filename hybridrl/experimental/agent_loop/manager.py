@@ -56,7 +56,8 @@ class AgentLoopManager:
 
     Args:
         config: the whole run config.
-        worker_group: the actor-rollout worker group (``AsyncActorRolloutRefWorker``: wake_up / sleep / generate).
+        worker_group: the actor-rollout worker group, or under separate_async the rollout's own group
+            (``AsyncActorRolloutRefWorker``: wake_up / sleep / generate).
     """
 
     reads_row_columns = True  # agent loops get every non-tensor column of their row (stages.with_row_columns)

@@ -122,9 +122,16 @@ class RLHFDataset(Dataset):
     def _filter_overlong(self) -> None:
         messages = [row[self.prompt_key] for row in self.dataframe]
         if self.num_workers > 1:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(self.num_workers, _init_length_worker, (self.tokenizer, self.chat_template)) as pool:
+            # forkserver, not fork: this runs in processes with live threads (the TaskRunner's Ray threads, a driver
+            # with Ray up), and a worker forked from them can inherit a held lock or Ray's signal handlers; and
+            # close + join instead of the context manager's terminate (SIGTERM to workers that may hold the queue lock)
+            ctx = multiprocessing.get_context("forkserver")
+            pool = ctx.Pool(self.num_workers, _init_length_worker, (self.tokenizer, self.chat_template))
+            try:
                 lengths = pool.map(_prompt_length, messages, chunksize=max(1, len(messages) // (4 * self.num_workers)))
+            finally:
+                pool.close()
+                pool.join()
         else:
             _init_length_worker(self.tokenizer, self.chat_template)
             lengths = [_prompt_length(m) for m in messages]

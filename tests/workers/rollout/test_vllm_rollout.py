@@ -106,9 +106,13 @@ def test_vllm_follows_actor_update_and_verification_catches_skipped_sync(vllm_ha
 
 # Last in the file: a second in-process vLLM engine; tearing it down resets vLLM's global parallel state, which
 # the module's shared engine above would need afterwards.
-def test_vllm_truncated_sampling_at_temperature_one_reports_untruncated_log_probs(tiny_model_dir, tokenizer, vllm_actor):
+def test_vllm_truncated_sampling_at_temperature_one_reports_untruncated_log_probs(tiny_model_dir, tokenizer):
     """top-k on at T = 1: the engine runs with raw_logprobs, so top-k shapes the sampling, not the value."""
+    from transformers import AutoModelForCausalLM
+
     from hybridrl.workers.sharding_manager import build_rollout_handle
+
+    vllm_actor = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()  # fresh: not updated
 
     cfg = rollout_config(
         name="vllm", response_length=8, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=64, top_k=5

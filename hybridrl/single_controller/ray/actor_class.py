@@ -16,6 +16,8 @@ from hybridrl.single_controller.base.worker_group import ClassWithInitArgs
 
 __all__ = ["RayClassWithInitArgs", "actor_class_name", "user_class"]
 
+RAY_ACTOR_DEFAULT_NUM_CPUS = 1  # what Ray gives an actor that names no num_cpus
+
 
 class RayClassWithInitArgs(ClassWithInitArgs):
     """A ``ray.remote`` class plus its constructor arguments and actor options."""
@@ -33,7 +35,10 @@ class RayClassWithInitArgs(ClassWithInitArgs):
 
     def num_cpus_per_actor(self) -> float:
         """CPUs each actor asks of its bundle (Ray's default for actors is 1)."""
-        return float(self._options.get("num_cpus", self._additional_resource.get("num_cpus", 1)))
+        for source in (self._options, self._additional_resource):
+            if "num_cpus" in source:
+                return float(source["num_cpus"])
+        return float(RAY_ACTOR_DEFAULT_NUM_CPUS)
 
     def __call__(  # type: ignore[override]  # verl's signature: placement arguments
         self,

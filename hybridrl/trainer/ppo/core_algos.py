@@ -20,7 +20,7 @@ imports only ``hybridrl.algos``) sees the losses users register here; it calls t
 built-in modes and verl's 4-tuple adapter only for user-registered losses.
 
 Not ported: ``compute_pf_ppo_reweight_data`` takes a ``DataProto`` and lives with the driver's
-batch helpers (``hybridrl.trainer.ppo.driver_helpers``).
+batch helpers (``hybridrl.trainer.ppo.batch_advantage``).
 
 Notation (shapes): B = batch size, T = response length; token tensors ``[B, T]``, scores ``[B]``.
 """

@@ -21,7 +21,6 @@ CONFIGS = PACKAGE / "configs"
 
 # (file relative to the package, key): why this .get is not a restated YAML default
 NOT_CONFIG_READS = {
-    ("single_controller/ray/actor_class.py", "num_cpus"): "Ray actor options / resources of a worker class, not the config",
     # the FSDP wrap is shared with the SFT trainer, whose sft_trainer.yaml fsdp_config has none of these keys
     ("workers/engine/fsdp.py", "fsdp_size"): "SFT's fsdp_config has no fsdp_size (one FSDP group over the world)",
     ("workers/engine/fsdp.py", "min_num_params"): "SFT's wrap_policy may omit it (0: wrap by layer class only)",

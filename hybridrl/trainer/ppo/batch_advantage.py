@@ -1,4 +1,4 @@
-"""DataProto-level helpers the driver runs between worker calls (verl 0.5's ``ray_trainer`` functions).
+"""Batch-level reward shaping and advantages the driver runs between worker calls (verl 0.5's ``ray_trainer`` functions).
 
 ``ray_trainer`` re-exports them, so ``from hybridrl.trainer.ppo.ray_trainer import compute_advantage``
 works as in verl 0.5. They read and write batch keys; the math is in ``core_algos``.

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdaptiveKLController, AdvantageEstimator, FixedKLController
-from hybridrl.trainer.ppo.driver_helpers import (
+from hybridrl.trainer.ppo.batch_advantage import (
     apply_kl_penalty,
     compute_advantage,
     compute_pf_ppo_reweight_data,

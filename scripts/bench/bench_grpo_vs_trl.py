@@ -4,10 +4,14 @@ Both sides train on the quickstart's task (2-digit addition, the same parquet fi
 same model folder (``tiny``: hybridrl's tiny Qwen2; ``smollm2``: the prepared SmolLM2-135M-Instruct), the
 same ``prompts × n`` completions per step, response length, AdamW (lr, weight decay, betas 0.9/0.999,
 constant schedule, grad clip 1.0), no KL term (TRL ``beta=0`` / ``use_kl_loss=False``), temperature 1,
-fp32, gradient checkpointing off, one optimizer step per generation batch, and the same number of torch
+the same precision (each ``--precisions`` entry is one pair: ``fp32`` both in fp32; ``bf16`` hybridrl's FSDP
+mixed precision ``param_dtype=bf16`` against TRL's ``bf16=True``, both bf16 compute over fp32 master weights),
+gradient checkpointing off, one optimizer step per generation batch, and the same number of torch
 threads (hybridrl: one worker with ``OMP_NUM_THREADS``; TRL: ``torch.set_num_threads``). Each runs as
 its own subprocess; per-step wall times come from hybridrl's file logger (``timing_s/step``) and TRL's
-step callback. The first step of each is dropped (warm-up); medians over the rest.
+step callback. The first step of each is dropped (warm-up); medians over the rest. Pairs alternate their order
+(hybridrl–TRL, then TRL–hybridrl) so drift in the machine's load does not favour one side; every
+``--response-lens`` entry is one shape (16: the quickstart's; 128: decoding dominates).
 
 Like TRL with one update per generation, hybridrl skips the separate old-log-prob forward
 (``actor.recompute_old_log_prob=False``, the quickstart's setting); ``--recompute-old-log-prob`` turns it back on.
@@ -15,7 +19,8 @@ Like TRL with one update per generation, hybridrl skips the separate old-log-pro
 With ``--val-every K`` both also report greedy held-out accuracy every K steps and the training minutes
 (validation excluded) to reach ``--target`` (the issue's 72.7%).
 
-    python scripts/bench/bench_grpo_vs_trl.py --models tiny,smollm2 --steps 6 --out grpo_vs_trl.json
+    python scripts/bench/bench_grpo_vs_trl.py --models smollm2 --response-lens 16,128 --precisions fp32,bf16 \
+        --steps 6 --out grpo_vs_trl.json
 """
 
 from __future__ import annotations
@@ -52,11 +57,12 @@ def minutes_to_target(val: dict[int, float], step_seconds: dict[int, float], tar
     return sum(seconds for step, seconds in step_seconds.items() if step <= hit) / 60.0
 
 
-def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str) -> dict:
+def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str,
+                 precision: str) -> dict:
     """hybridrl main_ppo on one worker; per-step times and (with --val-every) validation accuracy."""
     extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0}
-    if args.train_dtype != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
-        extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = args.train_dtype
+    if precision != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
+        extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = precision
     overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, 1, out_dir, args.val_every, extra)
     run = run_main_ppo(overrides, out_dir, args.threads)
     if run.returncode != 0:
@@ -67,19 +73,21 @@ def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse
             "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None}
 
 
-def trl_command(model_dir: str, shape: GRPOShape, args: argparse.Namespace, jsonl: str) -> list[str]:
+def trl_command(model_dir: str, shape: GRPOShape, args: argparse.Namespace, jsonl: str,
+                precision: str = "fp32") -> list[str]:
     """The TRL side: ``trl_grpo_quickstart.py`` with hybridrl's settings, its JSON lines into ``jsonl``."""
+    bf16 = ["--bf16"] if precision == "bf16" else []
     return [
         args.trl_python, str(HERE / "trl_grpo_quickstart.py"), "--cache_dir", args.cache_dir, "--out", jsonl,
         "--model_dir", model_dir, "--max_steps", str(args.steps), "--eval_every", str(args.val_every),
         "--learning_rate", str(shape.lr), "--weight_decay", str(shape.weight_decay),
         "--lr_scheduler_type", "constant", "--gradient_checkpointing", "true" if shape.grad_ckpt else "false",
         "--prompts", str(shape.prompts), "--n", str(shape.n), "--response_length", str(shape.response_length),
-        "--seed", str(shape.seed), "--target", str(args.target), "--threads", str(args.threads), "--step_times",
+        "--seed", str(shape.seed), "--target", str(args.target), "--threads", str(args.threads), "--step_times", *bf16,
     ]
 
 
-def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str) -> dict:
+def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str, precision: str) -> dict:
     """TRL GRPOTrainer in a subprocess; reads the JSON lines it appends to ``out_dir/trl.jsonl``."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
@@ -87,7 +95,7 @@ def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir:
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     jsonl.unlink(missing_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run(trl_command(model_dir, shape, args, str(jsonl)), env=env, capture_output=True,
+    proc = subprocess.run(trl_command(model_dir, shape, args, str(jsonl), precision), env=env, capture_output=True,
                           text=True, timeout=args.timeout)
     wall_s = time.perf_counter() - start
     if proc.returncode != 0 or not jsonl.exists():
@@ -111,20 +119,30 @@ def add_rates(record: dict, samples_per_step: int) -> dict:
     return record
 
 
-def bench_model(model: str, args: argparse.Namespace, out_root: str) -> dict:
+def bench_model(model: str, response_len: int, args: argparse.Namespace, out_root: str) -> list[dict]:
+    """One record per precision pair on one model and response length; the pairs alternate their order."""
     model_dir, data_dir = quickstart_assets(model, args.cache_dir)
-    shape = GRPOShape(prompts=args.prompts, n=args.n, response_length=args.response_len, lr=args.lr,
+    shape = GRPOShape(prompts=args.prompts, n=args.n, response_length=response_len, lr=args.lr,
                       weight_decay=args.weight_decay, micro=args.micro, seed=args.seed,
                       recompute_old_log_prob=args.recompute_old_log_prob)
-    log(f"{model}: hybridrl main_ppo, {args.steps} steps of {shape.samples_per_step} samples")
-    hybrid = add_rates(run_hybridrl(model_dir, data_dir, shape, args, os.path.join(out_root, model)),
-                       shape.samples_per_step)
-    log(f"{model}: hybridrl {hybrid.get('step_s', hybrid.get('error'))}, stages {hybrid.get('stage_medians_s')}")
-    log(f"{model}: TRL GRPOTrainer, {args.steps} steps")
-    trl = add_rates(run_trl(model_dir, shape, args, os.path.join(out_root, f"{model}_trl")), shape.samples_per_step)
-    log(f"{model}: TRL {trl.get('step_s', trl.get('error'))}")
-    return {"model": model, "model_dir": model_dir, "samples_per_step": shape.samples_per_step,
-            "hybridrl": hybrid, "trl": trl}
+    records = []
+    for index, precision in enumerate(args.precisions.split(",")):
+        tag = f"{model} R={response_len} {precision}"
+        out_dir = os.path.join(out_root, f"{model}_{response_len}_{precision}")
+        sides = {
+            "hybridrl": lambda: run_hybridrl(model_dir, data_dir, shape, args, out_dir, precision),
+            "trl": lambda: run_trl(model_dir, shape, args, out_dir + "_trl", precision),
+        }
+        order = ("hybridrl", "trl") if index % 2 == 0 else ("trl", "hybridrl")
+        results = {}
+        for side in order:
+            log(f"{tag}: {side}, {args.steps} steps of {shape.samples_per_step} samples")
+            results[side] = add_rates(sides[side](), shape.samples_per_step)
+            log(f"{tag}: {side} {results[side].get('step_s', results[side].get('error'))}")
+        records.append({"model": model, "model_dir": model_dir, "response_length": response_len,
+                        "precision": precision, "order": list(order), "samples_per_step": shape.samples_per_step,
+                        **results})
+    return records
 
 
 def headlines(records: list[dict]) -> list[dict]:
@@ -132,11 +150,12 @@ def headlines(records: list[dict]) -> list[dict]:
     for record in records:
         hybrid, trl = record["hybridrl"], record["trl"]
         target = 2.0 if record["model"] == "smollm2" else None  # the issue's target is on SmolLM2-135M
-        rows.append(headline("grpo_vs_trl", f"{record['model']}: GRPO samples/s", hybrid.get("samples_per_s"),
+        tag = f"{record['model']} R={record['response_length']} {record['precision']}/{record['precision']}"
+        rows.append(headline("grpo_vs_trl", f"{tag}: GRPO samples/s", hybrid.get("samples_per_s"),
                              "samples/s", "TRL GRPOTrainer", trl.get("samples_per_s"), target=target,
                              note=_note(hybrid, trl)))
         if hybrid.get("minutes_to_target") is not None or trl.get("minutes_to_target") is not None:
-            rows.append(headline("grpo_vs_trl", f"{record['model']}: training minutes to target accuracy",
+            rows.append(headline("grpo_vs_trl", f"{tag}: training minutes to target accuracy",
                                  hybrid.get("minutes_to_target"), "min", "TRL GRPOTrainer",
                                  trl.get("minutes_to_target"), target=1.0, higher_is_better=False))
     return rows
@@ -156,15 +175,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=6, help="steps per side (the first is dropped)")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--response-len", type=int, default=16)
+    parser.add_argument("--response-lens", default="16", help="comma list; one shape each (e.g. 16,128)")
     parser.add_argument("--lr", type=float, default=5e-6, help="both sides (TRL's measured configuration)")
     parser.add_argument("--weight-decay", type=float, default=0.0, help="both sides (TRL's default)")
     parser.add_argument("--micro", type=int, default=32, help="hybridrl micro-batch (TRL: whole batch)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--recompute-old-log-prob", action="store_true",
                         help="hybridrl: run the separate old-log-prob forward (verl's default)")
-    parser.add_argument("--train-dtype", default="fp32", choices=["fp32", "bf16"],
-                        help="hybridrl actor compute dtype (TRL stays fp32, as measured in the issue)")
+    parser.add_argument("--precisions", default="fp32,bf16",
+                        help="comma list of equal-precision pairs: fp32 (both fp32), bf16 (both bf16 autocast)")
     parser.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: speed only)")
     parser.add_argument("--target", type=float, default=0.727)
     parser.add_argument("--seed", type=int, default=1)
@@ -178,7 +197,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory() as out_root:
-        records = [bench_model(model, args, out_root) for model in args.models.split(",") if model]
+        records = [record for model in args.models.split(",") if model
+                   for length in args.response_lens.split(",") if length
+                   for record in bench_model(model, int(length), args, out_root)]
     result = {"benchmark": "grpo_vs_trl", "settings": {k: v for k, v in vars(args).items() if k != "out"},
               "records": records, "headline": headlines(records)}
     emit_json(result, args.out)

@@ -73,8 +73,9 @@ def commands(args: argparse.Namespace, out_dir: Path) -> dict[str, list[str]]:
                          ["--models", "tiny" + (",smollm2" if smollm2 else ""), "--steps", "5"])],
         "grpo_vs_trl": [py, str(HERE / "bench_grpo_vs_trl.py"), "--threads", threads,
                         "--out", str(out_dir / "grpo_vs_trl.json"), "--trl-python", args.trl_python or py,
-                        *(["--models", "tiny", "--steps", "3"] if quick else
-                          ["--models", "tiny" + (",smollm2" if smollm2 else ""), "--steps", "8"])],
+                        *(["--models", "tiny", "--steps", "3", "--precisions", "fp32"] if quick else
+                          ["--models", "tiny" + (",smollm2" if smollm2 else ""), "--steps", "8",
+                           "--response-lens", "16,128"])],
     }
 
 

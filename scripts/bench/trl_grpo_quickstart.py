@@ -4,7 +4,8 @@ Same task as ``examples/quickstart``: "What is {a} + {b}? Answer with just the n
 10–99, reward 1.0 when the last integer of the completion equals a + b (hybridrl's ``arithmetic`` scorer),
 the same parquet files (``make_data.py``) and the same prepared SmolLM2 folder (``prepare_model.py``).
 The TRL configuration is the one the issue measured: ``per_device_train_batch_size=32, num_generations=8,
-max_completion_length=16, learning_rate=5e-6, beta=0.0, temperature=1.0``, fp32 on CPU.
+max_completion_length=16, learning_rate=5e-6, beta=0.0, temperature=1.0``, fp32 on CPU (``--bf16``: TRL's
+``bf16=True`` — bf16 autocast over fp32 master weights, as hybridrl's FSDP mixed precision).
 
 Greedy validation accuracy (16 new tokens, last-integer match) on the held-out prompts is measured before
 training and every ``--eval_every`` steps; the output is one JSON line per evaluation plus a summary with
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr_scheduler_type", default=None, help="e.g. constant (TRL default: linear)")
     parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
                         help="TRL's GRPOConfig default is true")
+    parser.add_argument("--bf16", action="store_true", help="GRPOConfig(bf16=True): bf16 autocast, fp32 weights")
     parser.add_argument("--step_times", action="store_true", help="print each step's wall time")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     args = parser.parse_args(argv)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     config = GRPOConfig(
         output_dir=str(Path(args.cache_dir) / "trl_grpo_out"), per_device_train_batch_size=args.prompts * args.n,
         num_generations=args.n, max_completion_length=args.response_length, learning_rate=args.learning_rate,
-        beta=0.0, temperature=1.0, use_cpu=True, use_vllm=False, bf16=False, report_to="none",
+        beta=0.0, temperature=1.0, use_cpu=True, use_vllm=False, bf16=args.bf16, report_to="none",
         max_steps=args.max_steps, logging_steps=1, save_strategy="no", seed=args.seed,
         **{key: value for key, value in optional.items() if value is not None},
     )

@@ -154,3 +154,21 @@ def test_rollout_headlines_pair_hf_with_its_peers():
     full = rows["tiny float32 full: hf rollout useful tokens/s vs vllm"]
     assert full["ratio"] == 0.5 and "met" not in full  # no target against vllm
     assert len(rows) == 2
+
+
+def test_grpo_vs_trl_pairs_equal_precisions_and_tags_each_shape():
+    from bench_grpo_vs_trl import headlines, parse_args, trl_command
+    from hybridrl_runs import GRPOShape
+
+    args = parse_args(["--response-lens", "16,128"])
+    assert args.precisions == "fp32,bf16" and args.response_lens == "16,128"
+    shape = GRPOShape(prompts=4, n=8, response_length=128, lr=5e-6, weight_decay=0.0, micro=32, seed=1,
+                      recompute_old_log_prob=False)
+    bf16 = trl_command("/m", shape, args, "/tmp/x.jsonl", "bf16")
+    fp32 = trl_command("/m", shape, args, "/tmp/x.jsonl", "fp32")
+    assert bf16[0] == args.trl_python and bf16[-1] == "--bf16" and "--bf16" not in fp32
+    assert bf16[bf16.index("--response_length") + 1] == "128"
+    side = {"samples_per_s": 4.0, "step_s": {"median": 8.0}}
+    peer = {"samples_per_s": 2.0, "step_s": {"median": 16.0}}
+    rows = headlines([{"model": "smollm2", "response_length": 128, "precision": "bf16", "hybridrl": side, "trl": peer}])
+    assert rows[0]["figure"] == "smollm2 R=128 bf16/bf16: GRPO samples/s" and rows[0]["ratio"] == 2.0

@@ -1,7 +1,7 @@
 """Check ``mfu``: a bf16 matmul's FLOP/s and the actor's training FLOP/s against the device's bf16 dense peak.
 
 1. ``n × n @ n × n`` in bf16 (n = 8192 on the GPU): 3 warm-ups, 10 timed (CUDA events), 2·n³ FLOPs each.
-2. ``ActorRolloutRefWorker`` (FSDP2, bf16 compute, no gradient checkpointing) on a locally built random ~0.45B
+2. ``ActorRolloutRefWorker`` (FSDP2, bf16 compute, no gradient checkpointing) on a locally built random 0.40B
    Qwen2 (``workload.MFU_MODEL``), 32 unpadded sequences of 1024 tokens, micro batch 8: after one warm-up, two timed
    ``compute_log_prob`` (forward) and two ``update_actor`` (one optimizer step over the 32) calls, end to end as a
    user calls them. FLOPs per ``flops.py``; MFU = FLOP/s ÷ peak (``flops.BF16_DENSE_PEAK_TFLOPS`` or

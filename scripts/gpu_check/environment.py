@@ -72,16 +72,19 @@ def install_command(wheels: list[Path], wheel_dir: Path, target: Path) -> list[s
     ]  # fmt: skip
 
 
-def install_missing(wheel_dir: Path, target: Path, timeout_s: float = 120.0) -> dict[str, object]:
-    """Install the wheels of the missing required packages from ``wheel_dir`` into ``target``.
+def install_missing(
+    wheel_dir: Path, target: Path, modules: dict[str, str] = REQUIRED_MODULES, timeout_s: float = 120.0
+) -> dict[str, object]:
+    """Install the wheels of the missing ``modules`` (import name -> distribution) from ``wheel_dir`` into ``target``.
 
     Returns a report: ``missing_before`` (distributions), ``installed`` (wheel file names), ``no_wheel``
     (missing distributions the folder lacks) and ``pip_returncode`` / ``pip_output_tail`` when pip ran.
     Add ``target`` to ``sys.path`` / PYTHONPATH to use the packages.
     """
-    missing = sorted(set(missing_modules().values()))
+    missing = sorted(set(missing_modules(modules).values()))
     wheels, absent = wheels_for(missing, wheel_dir)
-    report: dict[str, object] = {"missing_before": missing, "installed": [], "no_wheel": absent}
+    report: dict[str, object] = {"wheel_folder": str(wheel_dir), "missing_before": missing, "installed": [],
+                                 "no_wheel": absent}  # fmt: skip
     if not wheels:
         return report
     Path(target).mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,8 @@ TINY = TinyModelSpec()  # hidden 64, 2 layers: the CI's tiny model
 # ~25M parameters: offloading it frees ~0.4 GB (fp32 weights + Adam moments), far above allocator noise
 OFFLOAD_MODEL = TinyModelSpec(hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
                               num_key_value_heads=8, max_position_embeddings=2048)  # fmt: skip
-# ~0.45B parameters in the decoder layers (16 × 28.3M; GQA 12 query / 4 key-value heads of 128): the MFU model
+# 0.40B parameters (16 layers × 25.2M; GQA 12 query / 4 key-value heads of 128): the MFU model; built in 36 s on
+# 2 CPU cores, 1.6 GB of fp32 safetensors
 MFU_MODEL = TinyModelSpec(hidden_size=1536, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=12,
                           num_key_value_heads=4, max_position_embeddings=2048)  # fmt: skip
 

@@ -29,6 +29,11 @@ def _import_status(names) -> dict[str, str]:
     return status
 
 
+def _version_text(version: Any) -> str:
+    """``(2, 27, 3)`` -> ``2.27.3``; an int (older torch) as is."""
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def _cuda_facts() -> dict[str, Any]:
     import torch
 
@@ -43,7 +48,7 @@ def _cuda_facts() -> dict[str, Any]:
             multiprocessors=props.multi_processor_count,
             memory_gib=round(props.total_memory / 2**30, 1),
             bf16_supported=torch.cuda.is_bf16_supported(),
-            nccl_version=".".join(map(str, torch.cuda.nccl.version())),
+            nccl_version=_version_text(torch.cuda.nccl.version()),
         )
     return facts
 

@@ -20,7 +20,7 @@ import torch
 
 from gpu_check.flops import DecoderShape, bf16_dense_peak, forward_flops, training_flops
 from gpu_check.outcome import Outcome
-from gpu_check.single_rank import build_actor_worker, join_single_rank_group
+from gpu_check.single_rank import actor_update, build_actor_worker, join_single_rank_group
 from gpu_check.workload import model_dir, ppo_batch, sizes_for
 
 TIMED_CALLS = 2
@@ -63,8 +63,7 @@ def actor_rates(context: dict[str, Any]) -> dict[str, Any]:
     worker = build_actor_worker(model_dir(context, sizes.mfu_model), shape, "actor")
     build_s = time.perf_counter() - start
     data = ppo_batch(shape, len(worker.tokenizer), seed=3, ragged=False)
-    data.batch["old_log_probs"] = worker.compute_log_prob(data).batch["old_log_probs"]  # warm-up forward
-    worker.update_actor(data)  # warm-up update (allocations, autotuning)
+    actor_update(worker, data)  # warm-up forward and update (allocations, autotuning); data keeps its old_log_probs
     forward_s = mean_seconds(lambda: worker.compute_log_prob(data), device)
     update_s = mean_seconds(lambda: worker.update_actor(data), device)
     decoder = DecoderShape.from_hf_config(worker.hf_config)

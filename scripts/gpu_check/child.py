@@ -35,6 +35,13 @@ def run_check(module_name: str, context: dict) -> Outcome:
         return Outcome("FAIL", f"{type(error).__name__}: {str(error)[:300]} (at {place})")
 
 
+def third_party_modules() -> list[str]:
+    """Top-level packages this process imported beyond the standard library (what a bare machine must have)."""
+    local = {"gpu_check", "hybridrl", "__main__"}
+    names = {name.partition(".")[0] for name in list(sys.modules)}
+    return sorted(name for name in names - set(sys.stdlib_module_names) - local if not name.startswith("_"))
+
+
 def main(argv: list[str]) -> int:
     module_name, context_path, result_path = argv
     context = json.loads(Path(context_path).read_text())
@@ -42,6 +49,7 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     outcome = run_check(module_name, context)
     result = {**outcome.as_dict(), "seconds": round(time.monotonic() - start, 2)}
+    result["figures"]["third_party_modules"] = third_party_modules()
     Path(result_path).write_text(json.dumps(result, indent=1, default=str))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -58,8 +58,14 @@ def build_actor_worker(model_path: str, shape: BatchShape, role: str = "actor", 
 
 
 def actor_update(worker: Any, data: Any) -> dict[str, Any]:
-    """One PPO update on ``data`` with the actor's own log-probs as ``old_log_probs``; returns the metrics."""
-    data.batch["old_log_probs"] = worker.compute_log_prob(data).batch["old_log_probs"]
+    """One PPO update on ``data`` with the actor's own log-probs as ``old_log_probs``; returns the metrics.
+
+    The worker moves ``data`` to its device in place and returns CPU tensors: ``data`` comes back to the CPU before
+    the log-probs join it, as the driver's batches do.
+    """
+    old_log_probs = worker.compute_log_prob(data).batch["old_log_probs"]
+    data.to("cpu")
+    data.batch["old_log_probs"] = old_log_probs
     return worker.update_actor(data).meta_info["metrics"]
 
 

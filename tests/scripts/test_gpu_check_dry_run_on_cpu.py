@@ -220,3 +220,6 @@ def test_dry_run_json_has_the_figures(dry_run):
     assert checks["mfu"]["matmul_parameters"] == 2 * 36864 + 32768
     assert checks["mfu"]["update_flops"] > 0 and checks["mfu"]["update_tflops"] > 0
     assert (out / "gpu_check.log").read_text().count("=====") == 2 * 6  # every check's log, collected
+    for name, figures in checks.items():  # what the bare GPU machine lacks was never imported
+        assert {"ray", "vllm", "sglang"}.isdisjoint(figures["third_party_modules"]), name
+    assert "tensordict" in checks["worker"]["third_party_modules"]  # the list is real

@@ -90,6 +90,6 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     trainer.default_local_dir="$OUT/checkpoints/$EXPERIMENT" \
     "$@"
 
-"$PYTHON" "$HERE/summarize.py" "$METRICS" --png "$OUT/$EXPERIMENT.png" --total_wall_s $(( $(date +%s) - START ))
+"$PYTHON" "$HERE/summarize.py" "$METRICS" --png "$OUT/$EXPERIMENT.png" --json "$OUT/$EXPERIMENT.summary.json" --total_wall_s $(( $(date +%s) - START ))
 echo "[quickstart] TensorBoard: tensorboard --logdir $OUT/tensorboard"
 "$PYTHON" "$HERE/export_model.py" --checkpoint_dir "$OUT/checkpoints/$EXPERIMENT" --link "$OUT/models/$EXPERIMENT"

@@ -105,3 +105,39 @@ def test_summary_names_the_missing_metric(tmp_path):
     path.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.1}}) + "\n")
     with pytest.raises(ValueError, match="val_before_train"):
         load("summarize").read_curves(path)
+
+
+def test_wilson_interval_hand_computed():
+    summarize = load("summarize")
+    # k=104, n=128: p = 0.8125, z² = 3.841459, z²/n = 0.0300114, scale = 1.0300114
+    # center = (0.8125 + 3.841459/256) / 1.0300114 = 0.8275057 / 1.0300114 = 0.8033952
+    # half = 1.959964 / 1.0300114 · sqrt(0.8125·0.1875/128 + 3.841459/65536) = 1.902855 · 0.0353385 = 0.0672443
+    low, high = summarize.wilson_interval(104, 128)
+    assert low == pytest.approx(0.8033952 - 0.0672443, abs=1e-6)  # 0.7361509
+    assert high == pytest.approx(0.8033952 + 0.0672443, abs=1e-6)  # 0.8706395
+    # k=0, n=10: center = (3.841459/20) / 1.3841459 = 0.1387663 = half → [0, 0.2775327]
+    assert summarize.wilson_interval(0, 10) == pytest.approx((0.0, 0.2775327), abs=1e-6)
+    # k=n=10 mirrors it: [1 − 0.2775327, 1]
+    assert summarize.wilson_interval(10, 10) == pytest.approx((0.7224673, 1.0), abs=1e-6)
+    with pytest.raises(ValueError, match="correct <= total"):
+        summarize.wilson_interval(5, 4)
+
+
+def test_summary_reports_the_final_accuracy_interval_in_text_and_json(tmp_path, capsys):
+    summarize = load("summarize")
+    key = summarize.VAL_KEY
+    rows = [{"step": 0, "data": {key: 0.25}}, {"step": 5, "data": {key: 0.8125, "timing_s/step": 60.0}}]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summarize.main([str(path), "--num_val", "128", "--json", str(tmp_path / "s.json")])
+    printed = capsys.readouterr().out
+    assert "final greedy accuracy 104/128 = 81.2%, 95% interval [73.6%, 87.1%] (Wilson score)" in printed
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["correct"] == 104 and summary["num_val"] == 128
+    assert summary["ci95_low"] == pytest.approx(0.7361509, abs=1e-6)
+    assert summary["ci95_high"] == pytest.approx(0.8706395, abs=1e-6)
+    assert summary["accuracy_before"] == 0.25 and summary["accuracy_after"] == 0.8125
+    assert summary["target_step"] == 5 and summary["target_train_minutes"] == pytest.approx(1.0)
+    # 0.8125 of 100 problems is no whole count: the wrong --num_val is named
+    with pytest.raises(ValueError, match="--num_val"):
+        summarize.main([str(path), "--num_val", "100"])

@@ -70,12 +70,13 @@ def varlen_causal_attention(
         ``[1, H, T, D]``, differentiable with respect to query, key and value.
     """
     gqa = query.shape[1] != key.shape[1]
+    lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
+    # split (one concatenation in backward), not slices (each slice's backward fills a full-size zero gradient)
     outputs = [
         torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-            dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa,
+            q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
         )
-        for start, end in zip(bounds[:-1], bounds[1:])
+        for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
     ]
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
 

@@ -3,7 +3,9 @@
 One process, a gloo group of world size 1, the actor exactly as the worker builds it
 (``build_fsdp_module`` → FSDP2, ``build_optimizer`` → AdamW, ``DataParallelPPOActor``). Variants:
 
-    layout   padded (``use_remove_padding=False``) | packed (``use_remove_padding=True``)
+    layout   padded (``use_remove_padding=False``) | packed (``use_remove_padding=True``: varlen attention,
+             ``hybridrl_varlen``, the default) | packed_dense (opt-in: the same packed row under transformers'
+             ``sdpa``, a dense ``nnz × nnz`` block-diagonal mask; the packed path before varlen attention)
     bsz      fixed (``ppo_micro_batch_size_per_gpu``) | dynamic (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
     dtype    fp32 | bf16 (``fsdp_config.mixed_precision.param_dtype=bf16``: hybridrl's way on CPU, fp32
              master weights) | bf16_autocast (fp32 FSDP under ``torch.autocast("cpu", bf16)``, opt-in)
@@ -47,6 +49,7 @@ from bench_common import (  # noqa: E402
 )
 
 DTYPES = ("fp32", "bf16", "bf16_autocast")
+LAYOUTS = ("padded", "packed", "packed_dense")
 _BF16_MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
@@ -128,7 +131,7 @@ def actor_config(args: argparse.Namespace, layout: str, bsz: str) -> Any:
         "entropy_coeff": 0,
         "use_kl_loss": False,
         "grad_clip": 1.0,
-        "use_remove_padding": layout == "packed",
+        "use_remove_padding": layout != "padded",
     })
 
 
@@ -151,10 +154,15 @@ def build_engine(model_dir: str, dtype: str, grad_ckpt: bool) -> tuple[Any, Any,
 
     init_worker_distributed("cpu")
     fsdp_config = {"mixed_precision": _BF16_MIXED_PRECISION} if dtype == "bf16" else {}
-    model_config = OmegaConf.create({"path": model_dir, "enable_gradient_checkpointing": grad_ckpt})
+    from hybridrl.utils.config.entry import compose_config
+
+    shipped = compose_config(overrides=[f"actor_rollout_ref.model.path={model_dir}",
+                                        f"actor_rollout_ref.model.enable_gradient_checkpointing={grad_ckpt}",
+                                        "actor_rollout_ref.actor.optim.lr=1e-6"]).actor_rollout_ref
+    model_config = shipped.model
     spec = engine.ModelSpec(model_config, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
     module, _ = engine.build_fsdp_module(spec, "cpu")
-    optimizer = engine.build_optimizer(module, OmegaConf.create({"lr": 1e-6}))
+    optimizer = engine.build_optimizer(module, shipped.actor.optim)
     counts = {
         "params": sum(p.numel() for p in module.parameters()),
         "embedding_params": sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Embedding)),
@@ -189,7 +197,25 @@ def micro_batch_tokens(data: Any, config: Any) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- one model
 
 
-def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str) -> Any:
+def attention_context(module: Any, layout: str) -> contextlib.AbstractContextManager[Any]:
+    """``packed_dense``: the module runs transformers' ``sdpa`` (dense block-diagonal mask) for the call;
+    other layouts keep the attention it was loaded with (``hybridrl_varlen``)."""
+    if layout != "packed_dense":
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def sdpa() -> Any:
+        loaded = module.config._attn_implementation
+        module.set_attn_implementation("sdpa")
+        try:
+            yield
+        finally:
+            module.set_attn_implementation(loaded)
+
+    return sdpa()
+
+
+def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str, layout: str = "padded") -> Any:
     """A no-argument callable running one ``phase`` call (update or log-prob) of ``actor`` on ``data``."""
     meta = {
         "temperature": 1.0,
@@ -200,7 +226,7 @@ def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str) -> Any
 
     def call() -> None:
         data.meta_info.update(meta)
-        with dtype_context(dtype):
+        with dtype_context(dtype), attention_context(actor.actor_module, layout):
             if phase == "update":
                 actor.update_policy(data)
             else:
@@ -263,7 +289,7 @@ def bench_model(name: str, model_dir: str, args: argparse.Namespace, peaks: dict
                 config = actor_config(args, layout, bsz)
                 actor = DataParallelPPOActor(config, module, optimizer)
                 for phase in args.phases:
-                    calls[(layout, bsz, phase)] = make_call(actor, data, config, phase, dtype)
+                    calls[(layout, bsz, phase)] = make_call(actor, data, config, phase, dtype, layout)
                     shapes[(layout, bsz, phase)] = micro_batch_tokens(data, config)
         seconds = round_robin(calls, args.repeats, args.warmup)
         peak = peaks["bf16" if dtype.startswith("bf16") else "fp32"]["peak_flops_per_s"]
@@ -293,10 +319,10 @@ def comparisons(records: list[dict]) -> list[dict]:
     for record in records:
         model, dtype, layout, bsz, phase = (record[k] for k in ("model", "dtype", "layout", "bsz", "phase"))
         base = {"model": model, "dtype": dtype, "layout": layout, "bsz": bsz, "phase": phase}
-        if layout == "packed" and bsz == "fixed":
+        if layout.startswith("packed") and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
-            rows.append(_row(f"{model} {phase} {dtype}: packed vs padded", record, peer, "padded",
-                             1.5 if phase == "update" else None))
+            rows.append(_row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
+                             1.5 if phase == "update" and layout == "packed" else None))
         if phase != "update":
             continue
         if bsz == "dynamic" and dtype == "fp32":
@@ -360,7 +386,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    for key, allowed in (("dtypes", DTYPES), ("layouts", ("padded", "packed")), ("bsz", ("fixed", "dynamic")),
+    for key, allowed in (("dtypes", DTYPES), ("layouts", LAYOUTS), ("bsz", ("fixed", "dynamic")),
                          ("phases", ("update", "log_prob"))):
         values = [v for v in getattr(args, key).split(",") if v]
         unknown = sorted(set(values) - set(allowed))

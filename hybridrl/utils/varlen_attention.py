@@ -166,8 +166,8 @@ def use_varlen_attention(model: nn.Module) -> bool:
         return False
     if not getattr(model, "_supports_attention_backend", False) or hasattr(config, "vision_config"):
         return False
-    model.set_attn_implementation(register_varlen_attention())
-    return True
+    model.set_attn_implementation(register_varlen_attention())  # warns and keeps sdpa if the class cannot switch
+    return config._attn_implementation == VARLEN_ATTN
 
 
 def packed_attention_kwargs(model: nn.Module, cu_seqlens: torch.Tensor) -> dict[str, torch.Tensor]:

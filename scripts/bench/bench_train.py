@@ -3,9 +3,8 @@
 One process, a gloo group of world size 1, the actor exactly as the worker builds it
 (``build_fsdp_module`` → FSDP2, ``build_optimizer`` → AdamW, ``DataParallelPPOActor``). Variants:
 
-    layout   padded (``use_remove_padding=False``) | packed (``use_remove_padding=True``: varlen attention,
-             ``hybridrl_varlen``, the default) | packed_dense (opt-in: the same packed row under transformers'
-             ``sdpa``, a dense ``nnz × nnz`` block-diagonal mask; the packed path before varlen attention)
+    layout   padded (``use_remove_padding=False``) | packed (``True``; varlen attention ``hybridrl_varlen``) |
+             packed_dense (opt-in: the packed row under ``sdpa``'s dense nnz × nnz mask, the path before varlen)
     bsz      fixed (``ppo_micro_batch_size_per_gpu``) | dynamic (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
     dtype    fp32 | bf16 (``fsdp_config.mixed_precision.param_dtype=bf16``: hybridrl's way on CPU, fp32
              master weights) | bf16_autocast (fp32 FSDP under ``torch.autocast("cpu", bf16)``, opt-in)
@@ -117,21 +116,11 @@ def actor_config(args: argparse.Namespace, layout: str, bsz: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.create({
-        "ppo_mini_batch_size": args.batch,
-        "ppo_micro_batch_size_per_gpu": args.micro,
-        "use_dynamic_bsz": bsz == "dynamic",
-        "ppo_max_token_len_per_gpu": token_budget(args),
-        "ppo_epochs": 1,
-        "clip_ratio": 0.2,
-        "clip_ratio_low": 0.2,
-        "clip_ratio_high": 0.2,
-        "clip_ratio_c": 3.0,
-        "policy_loss": {"loss_mode": "vanilla"},
-        "loss_agg_mode": "token-mean",
-        "entropy_coeff": 0,
-        "use_kl_loss": False,
-        "grad_clip": 1.0,
-        "use_remove_padding": layout != "padded",
+        "ppo_mini_batch_size": args.batch, "ppo_micro_batch_size_per_gpu": args.micro,
+        "use_dynamic_bsz": bsz == "dynamic", "ppo_max_token_len_per_gpu": token_budget(args), "ppo_epochs": 1,
+        "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
+        "policy_loss": {"loss_mode": "vanilla"}, "loss_agg_mode": "token-mean", "entropy_coeff": 0,
+        "use_kl_loss": False, "grad_clip": 1.0, "use_remove_padding": layout != "padded",
     })
 
 
@@ -149,18 +138,16 @@ def build_engine(model_dir: str, dtype: str, grad_ckpt: bool) -> tuple[Any, Any,
     import torch
     from omegaconf import OmegaConf
 
+    from hybridrl.utils.config.entry import compose_config
     from hybridrl.utils.distributed import init_worker_distributed
     from hybridrl.workers import engine
 
     init_worker_distributed("cpu")
     fsdp_config = {"mixed_precision": _BF16_MIXED_PRECISION} if dtype == "bf16" else {}
-    from hybridrl.utils.config.entry import compose_config
-
-    shipped = compose_config(overrides=[f"actor_rollout_ref.model.path={model_dir}",
+    shipped = compose_config(overrides=[f"actor_rollout_ref.model.path={model_dir}",  # the worker's model + optim
                                         f"actor_rollout_ref.model.enable_gradient_checkpointing={grad_ckpt}",
                                         "actor_rollout_ref.actor.optim.lr=1e-6"]).actor_rollout_ref
-    model_config = shipped.model
-    spec = engine.ModelSpec(model_config, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
+    spec = engine.ModelSpec(shipped.model, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
     module, _ = engine.build_fsdp_module(spec, "cpu")
     optimizer = engine.build_optimizer(module, shipped.actor.optim)
     counts = {
@@ -174,9 +161,7 @@ def dtype_context(dtype: str) -> contextlib.AbstractContextManager[Any]:
     """``torch.autocast("cpu", bf16)`` for ``bf16_autocast``; nothing for fp32/bf16 (FSDP sets those)."""
     import torch
 
-    if dtype == "bf16_autocast":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16_autocast" else contextlib.nullcontext()
 
 
 def micro_batch_tokens(data: Any, config: Any) -> tuple[int, int]:
@@ -187,32 +172,24 @@ def micro_batch_tokens(data: Any, config: Any) -> tuple[int, int]:
     micro_batches, _ = split_micro_batches(
         data.batch, config.ppo_micro_batch_size_per_gpu, config.use_dynamic_bsz, config.ppo_max_token_len_per_gpu
     )
-    if config.use_remove_padding:
-        computed = sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
-    else:
-        computed = sum(mb["attention_mask"].numel() for mb in micro_batches)
-    return len(micro_batches), computed
+    packed = config.use_remove_padding
+    return len(micro_batches), sum(int(mb["attention_mask"].sum()) if packed else mb["attention_mask"].numel()
+                                   for mb in micro_batches)
 
 
 # ----------------------------------------------------------------------------- one model
 
 
-def attention_context(module: Any, layout: str) -> contextlib.AbstractContextManager[Any]:
-    """``packed_dense``: the module runs transformers' ``sdpa`` (dense block-diagonal mask) for the call;
+@contextlib.contextmanager
+def attention_context(module: Any, layout: str) -> Any:
+    """``packed_dense``: the module runs transformers' ``sdpa`` (dense block-diagonal mask) during the call;
     other layouts keep the attention it was loaded with (``hybridrl_varlen``)."""
-    if layout != "packed_dense":
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def sdpa() -> Any:
-        loaded = module.config._attn_implementation
-        module.set_attn_implementation("sdpa")
-        try:
-            yield
-        finally:
-            module.set_attn_implementation(loaded)
-
-    return sdpa()
+    loaded = module.config._attn_implementation
+    module.set_attn_implementation("sdpa" if layout == "packed_dense" else loaded)  # a no-op for the others
+    try:
+        yield
+    finally:
+        module.set_attn_implementation(loaded)
 
 
 def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str, layout: str = "padded") -> Any:

@@ -132,6 +132,22 @@ def test_varlen_packed_equals_padded_on_smollm2(monkeypatch):
     _three_layouts(str(SMOLLM2_DIR), monkeypatch, grad_tol=1e-4)
 
 
+def test_varlen_packed_with_gradient_checkpointing_equals_without(tiny_model_dir, monkeypatch):
+    """The recomputation in backward (the workers' default) runs the varlen kernel again: same gradients."""
+    from hybridrl.workers.engine.fsdp import enable_gradient_checkpointing
+
+    plain, _ = load_hf_model(tiny_model_dir)
+    checkpointed = copy.deepcopy(plain)
+    enable_gradient_checkpointing(checkpointed)
+    plain.train(), checkpointed.train()
+    batch = _batch(plain.config.vocab_size)
+    layers = plain.config.num_hidden_layers
+    expected = _log_probs_and_grads(plain, batch, use_remove_padding=True)
+    recomputed = _spied(monkeypatch, lambda: _log_probs_and_grads(checkpointed, batch, use_remove_padding=True),
+                        expected_calls=2 * layers)  # forward + recomputation in backward
+    _assert_same(expected, recomputed, batch["response_mask"].bool(), grad_tol=1e-7)
+
+
 def test_critic_value_model_packed_values_equal_padded(tiny_model_dir):
     """The critic's token-classification model switches too; packed values equal padded ones."""
     values_of = lambda logits, _next: [logits.squeeze(-1)]  # noqa: E731  (values [N, T] from logits [N, T, 1])

@@ -30,6 +30,7 @@ import functools
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -212,31 +213,37 @@ def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str, layout
     return call
 
 
-def round_robin(calls: dict[Any, Any], repeats: int, warmup: int) -> dict[Any, list[float]]:
-    """Seconds per call name; repeats interleave the variants (A B C A B C ...) so that a load change on
-    a shared machine hits every variant alike. Each variant's warm-up calls run first and are dropped."""
+def round_robin(calls: dict[Any, Any], repeats: int, warmup: int) -> dict[Any, tuple[list[float], list[float]]]:
+    """``(wall seconds, process CPU seconds)`` per call name; repeats interleave the variants (A B C A B C ...)
+    so that a load change on a shared machine hits every variant alike; the CPU time of a 1-thread run hardly
+    depends on the load. Each variant's warm-up calls run first and are dropped."""
     for call in calls.values():
         for _ in range(warmup):
             call()
-    seconds: dict[Any, list[float]] = {name: [] for name in calls}
+    seconds: dict[Any, tuple[list[float], list[float]]] = {name: ([], []) for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            seconds[name] += time_calls(call, repeats=1, warmup=0)
+            cpu_start = time.process_time()
+            seconds[name][0].extend(time_calls(call, repeats=1, warmup=0))
+            seconds[name][1].append(time.process_time() - cpu_start)
     return seconds
 
 
-def make_record(base: dict, samples: list[float], shape: tuple[int, int], valid_tokens: int, peak: float) -> dict:
-    """One variant's record: timing summary, valid tokens/s and MFU (6 FLOPs per param and token for the
-    update, 2 for log-probs)."""
-    stats = summarize(samples)
+def make_record(base: dict, samples: tuple[list[float], list[float]], shape: tuple[int, int], valid_tokens: int,
+                peak: float) -> dict:
+    """One variant's record: timing summaries (wall, CPU), valid tokens/s (wall, CPU) and MFU (6 FLOPs per param
+    and token for the update, 2 for log-probs)."""
+    stats, cpu = summarize(samples[0]), summarize(samples[1])
     flops_per_token = 6.0 if base["phase"] == "update" else 2.0
     record = {
         **base, "micro_batches": shape[0], "valid_tokens": valid_tokens, "computed_tokens": shape[1],
         "seconds": stats, "tokens_per_s": valid_tokens / stats["median"],
+        "cpu_seconds": cpu, "tokens_per_cpu_s": valid_tokens / cpu["median"],
         "mfu": mfu(base["params"], valid_tokens, stats["median"], peak, flops_per_token),
     }
     log(f"{base['model']} {base['dtype']} {base['layout']} {base['bsz']} {base['phase']}: median "
-        f"{stats['median']:.3f} s (min {stats['min']:.3f}), {record['tokens_per_s']:.0f} tok/s, MFU {record['mfu']:.3%}")
+        f"{stats['median']:.3f} s (min {stats['min']:.3f}; CPU {cpu['median']:.3f} s), {record['tokens_per_s']:.0f} "
+        f"tok/s, MFU {record['mfu']:.3%}")
     return record
 
 
@@ -319,7 +326,8 @@ def _row(figure: str, record: dict, peer: dict | None, peer_name: str, target: f
     if peer is None:
         return None
     return headline("train", figure, record["tokens_per_s"], "valid tokens/s", peer_name, peer["tokens_per_s"],
-                    target=target, note=f"MFU {record['mfu']:.2%} vs {peer['mfu']:.2%}")
+                    target=target, note=f"MFU {record['mfu']:.2%} vs {peer['mfu']:.2%}; CPU-time ratio "
+                    f"{record['tokens_per_cpu_s'] / peer['tokens_per_cpu_s']:.2f}×")
 
 
 # ----------------------------------------------------------------------------- main

@@ -11,7 +11,8 @@ arguments) split into micro-batches, and per micro-batch times, as transformers 
     packed_varlen  ``hybridrl_varlen``: no mask; ``layers`` × per-sequence SDPA forward+backward
 
 Query/key/value are random with the model's heads (GQA: ``--kv-heads``); gradients flow to all three. Variants
-are interleaved round-robin per repeat. Defaults: SmolLM2-135M's attention (9 heads, 3 kv heads, head dim 64,
+are interleaved round-robin per repeat; wall and process CPU time are recorded (one thread: the CPU time hardly
+depends on the machine's load). Defaults: SmolLM2-135M's attention (9 heads, 3 kv heads, head dim 64,
 30 layers) on bench_train's headline batch (16 rows, P ≤ 64, R ≤ 32, micro-batch 8).
 
     python scripts/bench/bench_attention.py --threads 1 --dtypes fp32,bf16 --out attention.json
@@ -23,6 +24,7 @@ import argparse
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +104,16 @@ def bench_dtype(dtype_name: str, micro_batches: list[Any], args: argparse.Namesp
     for fn in run.values():
         time_calls(fn, repeats=1, warmup=args.warmup)
     seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    cpu_seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     for _ in range(args.repeats):
         for variant in VARIANTS:
+            cpu_start = time.process_time()
             seconds[variant] += time_calls(run[variant], repeats=1, warmup=0)
-    result = {variant: summarize(samples) for variant, samples in seconds.items()}
+            cpu_seconds[variant].append(time.process_time() - cpu_start)
+    result = {variant: {**summarize(seconds[variant]), "cpu": summarize(cpu_seconds[variant])} for variant in VARIANTS}
     for variant in VARIANTS:
         log(f"{dtype_name} {variant}: median {result[variant]['median'] * 1e3:.1f} ms "
-            f"(min {result[variant]['min'] * 1e3:.1f})")
+            f"(min {result[variant]['min'] * 1e3:.1f}; CPU {result[variant]['cpu']['median'] * 1e3:.1f})")
     return result
 
 
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> dict:
             stats, padded = by_variant[variant], by_variant["padded"]
             rows.append(headline("attention", f"attention fwd+bwd {dtype}: {variant} vs padded",
                                  padded["median"] / stats["median"], "× padded speed (medians)",
-                                 note=f"{args.layers} layers; ratio of minimums {padded['min'] / stats['min']:.2f}×"))
+                                 note=f"{args.layers} layers; ratio of minimums {padded['min'] / stats['min']:.2f}×, "
+                                      f"of CPU times {padded['cpu']['median'] / stats['cpu']['median']:.2f}×"))
     result = {"benchmark": "attention", "args": vars(args), "tokens": tokens, "load_average": os.getloadavg(),
               "results": results, "headlines": rows}
     emit_json(result, args.out)

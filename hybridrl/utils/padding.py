@@ -4,10 +4,11 @@ verl's ``use_remove_padding`` path feeds the model a single ``[1, nnz]`` row hol
 token of the micro-batch, with ``position_ids`` that restart at 0 for each sequence. The model must
 then attend only within each sequence. transformers >= 4.54 (5.x here) does that without
 flash-attn: when ``attention_mask is None`` and no KV cache is used, ``masking_utils`` detects the
-restarts in ``position_ids`` (``find_packed_sequence_indices``) and builds a block-diagonal causal
+restarts in ``position_ids`` (``find_packed_sequence_indices``) and builds a dense block-diagonal causal
 mask for the sdpa / eager kernels; its flash-attention integration derives ``cu_seqlens`` from the
-same position ids. So the packed path needs no kernel of its own, only these index helpers
-(the flash-attn ``bert_padding`` functions verl imports, reimplemented in plain torch).
+same position ids. hybridrl's models run ``hybridrl_varlen`` instead of ``sdpa``
+(:mod:`hybridrl.utils.varlen_attention`): no dense mask, SDPA per sequence from ``cu_seqlens``. Here are
+the index helpers (the flash-attn ``bert_padding`` functions verl imports, reimplemented in plain torch).
 
 Notation:
     B: batch size, S: padded sequence length, nnz: number of valid (attended) tokens in the batch.

@@ -5,7 +5,7 @@ an SP group runs the model on its ``[1, nnz_pad / sp]`` slice. Everything outsid
 per-token, so it needs nothing else; inside attention an all-to-all swaps the split::
 
     q, k, v  [B, H, S/sp, D]  --all_to_all(scatter heads, gather seq)-->  [B, H/sp, S, D]
-    attention over the whole packed sequence (block-diagonal causal mask from the gathered position ids)
+    varlen attention over the whole packed sequence (per-sequence SDPA, bounds from the gathered position ids)
     out      [B, H/sp, S, D]  --all_to_all(scatter seq, gather heads)-->  [B, H, S/sp, D]
 
 Per-token outputs (log-probs, entropies, values) are all-gathered back to ``[1, nnz]``
@@ -14,8 +14,9 @@ the SP ranks all compute the same loss, FSDP averages gradients over ``dp·sp`` 
 makes the result the data-parallel average over ``dp`` groups (verl's ``grad_scaler``).
 
 Works over gloo (``all_to_all_single`` is supported) and NCCL. The attention implementation is
-registered in transformers as ``ulysses_sdpa``: it runs plain SDPA for modules not marked with an
-SP group (e.g. the rollout engine's own model built from the same config).
+registered in transformers as ``ulysses_sdpa``: it runs :mod:`hybridrl.utils.varlen_attention` for modules not
+marked with an SP group (e.g. the rollout engine's own model built from the same config), and shares its mask
+function (no dense mask for packed rows).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from hybridrl.utils import varlen_attention
 
 __all__ = [
     "ULYSSES_ATTN",
@@ -186,13 +189,11 @@ def ulysses_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers attention interface: ``q [B, H, S/sp, D]``, ``k, v [B, Hkv, S/sp, D]`` → ``[B, S/sp, H, D]``.
 
-    Unmarked modules (no SP group) run transformers' SDPA unchanged.
+    Unmarked modules (no SP group) run :func:`varlen_attention.varlen_attention_forward` (SDPA; varlen on packed rows).
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     group = getattr(module, _GROUP_ATTR, None)
     if group is None or dist.get_world_size(group) == 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return varlen_attention.varlen_attention_forward(module, query, key, value, attention_mask, **kwargs)
     sp = dist.get_world_size(group)
     heads = query.shape[1]
     if heads % sp:
@@ -204,19 +205,17 @@ def ulysses_attention_forward(
         raise ValueError("Ulysses attention needs position_ids (the packed use_remove_padding forward passes them)")
     parts = [torch.empty_like(position_ids) for _ in range(sp)]
     dist.all_gather(parts, position_ids.contiguous(), group=group)
-    mask = packed_causal_mask(torch.cat(parts, dim=-1)[0])[None, None]  # [1, 1, S, S]
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=kwargs.get("dropout", 0.0), scale=kwargs.get("scaling")
-    )
+    bounds = varlen_attention.packed_sequence_bounds(torch.cat(parts, dim=-1)[0])
+    out = varlen_attention.varlen_causal_attention(q, k, v, bounds, kwargs.get("scaling"), kwargs.get("dropout", 0.0))
     out = all_to_all_tensor(out, 2, 1, group)  # [B, H, S/sp, D]
     return out.transpose(1, 2).contiguous(), None
 
 
 def register_ulysses_attention() -> str:
-    """Register ``ulysses_sdpa`` (attention + SDPA's mask builder) with transformers; returns the name."""
+    """Register ``ulysses_sdpa`` (attention + the varlen mask function) with transformers; returns the name."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     AttentionInterface.register(ULYSSES_ATTN, ulysses_attention_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ULYSSES_ATTN, sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ULYSSES_ATTN, varlen_attention.varlen_mask)
     return ULYSSES_ATTN

@@ -3,7 +3,8 @@
 One process, a gloo group of world size 1, the actor exactly as the worker builds it
 (``build_fsdp_module`` → FSDP2, ``build_optimizer`` → AdamW, ``DataParallelPPOActor``). Variants:
 
-    layout   padded (``use_remove_padding=False``) | packed (``use_remove_padding=True``)
+    layout   padded (``use_remove_padding=False``) | packed (``True``; varlen attention ``hybridrl_varlen``) |
+             packed_dense (opt-in: the packed row under ``sdpa``'s dense nnz × nnz mask, the path before varlen)
     bsz      fixed (``ppo_micro_batch_size_per_gpu``) | dynamic (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
     dtype    fp32 | bf16 (``fsdp_config.mixed_precision.param_dtype=bf16``: hybridrl's way on CPU, fp32
              master weights) | bf16_autocast (fp32 FSDP under ``torch.autocast("cpu", bf16)``, opt-in)
@@ -29,6 +30,7 @@ import functools
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from bench_common import (  # noqa: E402
 )
 
 DTYPES = ("fp32", "bf16", "bf16_autocast")
+LAYOUTS = ("padded", "packed", "packed_dense")
 _BF16_MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
@@ -114,21 +117,11 @@ def actor_config(args: argparse.Namespace, layout: str, bsz: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.create({
-        "ppo_mini_batch_size": args.batch,
-        "ppo_micro_batch_size_per_gpu": args.micro,
-        "use_dynamic_bsz": bsz == "dynamic",
-        "ppo_max_token_len_per_gpu": token_budget(args),
-        "ppo_epochs": 1,
-        "clip_ratio": 0.2,
-        "clip_ratio_low": 0.2,
-        "clip_ratio_high": 0.2,
-        "clip_ratio_c": 3.0,
-        "policy_loss": {"loss_mode": "vanilla"},
-        "loss_agg_mode": "token-mean",
-        "entropy_coeff": 0,
-        "use_kl_loss": False,
-        "grad_clip": 1.0,
-        "use_remove_padding": layout == "packed",
+        "ppo_mini_batch_size": args.batch, "ppo_micro_batch_size_per_gpu": args.micro,
+        "use_dynamic_bsz": bsz == "dynamic", "ppo_max_token_len_per_gpu": token_budget(args), "ppo_epochs": 1,
+        "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
+        "policy_loss": {"loss_mode": "vanilla"}, "loss_agg_mode": "token-mean", "entropy_coeff": 0,
+        "use_kl_loss": False, "grad_clip": 1.0, "use_remove_padding": layout != "padded",
     })
 
 
@@ -146,15 +139,18 @@ def build_engine(model_dir: str, dtype: str, grad_ckpt: bool) -> tuple[Any, Any,
     import torch
     from omegaconf import OmegaConf
 
+    from hybridrl.utils.config.entry import compose_config
     from hybridrl.utils.distributed import init_worker_distributed
     from hybridrl.workers import engine
 
     init_worker_distributed("cpu")
     fsdp_config = {"mixed_precision": _BF16_MIXED_PRECISION} if dtype == "bf16" else {}
-    model_config = OmegaConf.create({"path": model_dir, "enable_gradient_checkpointing": grad_ckpt})
-    spec = engine.ModelSpec(model_config, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
+    shipped = compose_config(overrides=[f"actor_rollout_ref.model.path={model_dir}",  # the worker's model + optim
+                                        f"actor_rollout_ref.model.enable_gradient_checkpointing={grad_ckpt}",
+                                        "actor_rollout_ref.actor.optim.lr=1e-6"]).actor_rollout_ref
+    spec = engine.ModelSpec(shipped.model, OmegaConf.create(fsdp_config), "fsdp2", "causal_lm", trainable=True)
     module, _ = engine.build_fsdp_module(spec, "cpu")
-    optimizer = engine.build_optimizer(module, OmegaConf.create({"lr": 1e-6}))
+    optimizer = engine.build_optimizer(module, shipped.actor.optim)
     counts = {
         "params": sum(p.numel() for p in module.parameters()),
         "embedding_params": sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Embedding)),
@@ -166,9 +162,7 @@ def dtype_context(dtype: str) -> contextlib.AbstractContextManager[Any]:
     """``torch.autocast("cpu", bf16)`` for ``bf16_autocast``; nothing for fp32/bf16 (FSDP sets those)."""
     import torch
 
-    if dtype == "bf16_autocast":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16_autocast" else contextlib.nullcontext()
 
 
 def micro_batch_tokens(data: Any, config: Any) -> tuple[int, int]:
@@ -179,17 +173,27 @@ def micro_batch_tokens(data: Any, config: Any) -> tuple[int, int]:
     micro_batches, _ = split_micro_batches(
         data.batch, config.ppo_micro_batch_size_per_gpu, config.use_dynamic_bsz, config.ppo_max_token_len_per_gpu
     )
-    if config.use_remove_padding:
-        computed = sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
-    else:
-        computed = sum(mb["attention_mask"].numel() for mb in micro_batches)
-    return len(micro_batches), computed
+    packed = config.use_remove_padding
+    return len(micro_batches), sum(int(mb["attention_mask"].sum()) if packed else mb["attention_mask"].numel()
+                                   for mb in micro_batches)
 
 
 # ----------------------------------------------------------------------------- one model
 
 
-def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str) -> Any:
+@contextlib.contextmanager
+def attention_context(module: Any, layout: str) -> Any:
+    """``packed_dense``: the module runs transformers' ``sdpa`` (dense block-diagonal mask) during the call;
+    other layouts keep the attention it was loaded with (``hybridrl_varlen``)."""
+    loaded = module.config._attn_implementation
+    module.set_attn_implementation("sdpa" if layout == "packed_dense" else loaded)  # a no-op for the others
+    try:
+        yield
+    finally:
+        module.set_attn_implementation(loaded)
+
+
+def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str, layout: str = "padded") -> Any:
     """A no-argument callable running one ``phase`` call (update or log-prob) of ``actor`` on ``data``."""
     meta = {
         "temperature": 1.0,
@@ -200,7 +204,7 @@ def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str) -> Any
 
     def call() -> None:
         data.meta_info.update(meta)
-        with dtype_context(dtype):
+        with dtype_context(dtype), attention_context(actor.actor_module, layout):
             if phase == "update":
                 actor.update_policy(data)
             else:
@@ -209,31 +213,37 @@ def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str) -> Any
     return call
 
 
-def round_robin(calls: dict[Any, Any], repeats: int, warmup: int) -> dict[Any, list[float]]:
-    """Seconds per call name; repeats interleave the variants (A B C A B C ...) so that a load change on
-    a shared machine hits every variant alike. Each variant's warm-up calls run first and are dropped."""
+def round_robin(calls: dict[Any, Any], repeats: int, warmup: int) -> dict[Any, tuple[list[float], list[float]]]:
+    """``(wall seconds, process CPU seconds)`` per call name; repeats interleave the variants (A B C A B C ...)
+    so that a load change on a shared machine hits every variant alike; the CPU time of a 1-thread run hardly
+    depends on the load. Each variant's warm-up calls run first and are dropped."""
     for call in calls.values():
         for _ in range(warmup):
             call()
-    seconds: dict[Any, list[float]] = {name: [] for name in calls}
+    seconds: dict[Any, tuple[list[float], list[float]]] = {name: ([], []) for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            seconds[name] += time_calls(call, repeats=1, warmup=0)
+            cpu_start = time.process_time()
+            seconds[name][0].extend(time_calls(call, repeats=1, warmup=0))
+            seconds[name][1].append(time.process_time() - cpu_start)
     return seconds
 
 
-def make_record(base: dict, samples: list[float], shape: tuple[int, int], valid_tokens: int, peak: float) -> dict:
-    """One variant's record: timing summary, valid tokens/s and MFU (6 FLOPs per param and token for the
-    update, 2 for log-probs)."""
-    stats = summarize(samples)
+def make_record(base: dict, samples: tuple[list[float], list[float]], shape: tuple[int, int], valid_tokens: int,
+                peak: float) -> dict:
+    """One variant's record: timing summaries (wall, CPU), valid tokens/s (wall, CPU) and MFU (6 FLOPs per param
+    and token for the update, 2 for log-probs)."""
+    stats, cpu = summarize(samples[0]), summarize(samples[1])
     flops_per_token = 6.0 if base["phase"] == "update" else 2.0
     record = {
         **base, "micro_batches": shape[0], "valid_tokens": valid_tokens, "computed_tokens": shape[1],
         "seconds": stats, "tokens_per_s": valid_tokens / stats["median"],
+        "cpu_seconds": cpu, "tokens_per_cpu_s": valid_tokens / cpu["median"],
         "mfu": mfu(base["params"], valid_tokens, stats["median"], peak, flops_per_token),
     }
     log(f"{base['model']} {base['dtype']} {base['layout']} {base['bsz']} {base['phase']}: median "
-        f"{stats['median']:.3f} s (min {stats['min']:.3f}), {record['tokens_per_s']:.0f} tok/s, MFU {record['mfu']:.3%}")
+        f"{stats['median']:.3f} s (min {stats['min']:.3f}; CPU {cpu['median']:.3f} s), {record['tokens_per_s']:.0f} "
+        f"tok/s, MFU {record['mfu']:.3%}")
     return record
 
 
@@ -263,7 +273,7 @@ def bench_model(name: str, model_dir: str, args: argparse.Namespace, peaks: dict
                 config = actor_config(args, layout, bsz)
                 actor = DataParallelPPOActor(config, module, optimizer)
                 for phase in args.phases:
-                    calls[(layout, bsz, phase)] = make_call(actor, data, config, phase, dtype)
+                    calls[(layout, bsz, phase)] = make_call(actor, data, config, phase, dtype, layout)
                     shapes[(layout, bsz, phase)] = micro_batch_tokens(data, config)
         seconds = round_robin(calls, args.repeats, args.warmup)
         peak = peaks["bf16" if dtype.startswith("bf16") else "fp32"]["peak_flops_per_s"]
@@ -293,10 +303,10 @@ def comparisons(records: list[dict]) -> list[dict]:
     for record in records:
         model, dtype, layout, bsz, phase = (record[k] for k in ("model", "dtype", "layout", "bsz", "phase"))
         base = {"model": model, "dtype": dtype, "layout": layout, "bsz": bsz, "phase": phase}
-        if layout == "packed" and bsz == "fixed":
+        if layout.startswith("packed") and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
-            rows.append(_row(f"{model} {phase} {dtype}: packed vs padded", record, peer, "padded",
-                             1.5 if phase == "update" else None))
+            rows.append(_row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
+                             1.5 if phase == "update" and layout == "packed" else None))
         if phase != "update":
             continue
         if bsz == "dynamic" and dtype == "fp32":
@@ -316,7 +326,8 @@ def _row(figure: str, record: dict, peer: dict | None, peer_name: str, target: f
     if peer is None:
         return None
     return headline("train", figure, record["tokens_per_s"], "valid tokens/s", peer_name, peer["tokens_per_s"],
-                    target=target, note=f"MFU {record['mfu']:.2%} vs {peer['mfu']:.2%}")
+                    target=target, note=f"MFU {record['mfu']:.2%} vs {peer['mfu']:.2%}; CPU-time ratio "
+                    f"{record['tokens_per_cpu_s'] / peer['tokens_per_cpu_s']:.2f}×")
 
 
 # ----------------------------------------------------------------------------- main
@@ -360,7 +371,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    for key, allowed in (("dtypes", DTYPES), ("layouts", ("padded", "packed")), ("bsz", ("fixed", "dynamic")),
+    for key, allowed in (("dtypes", DTYPES), ("layouts", LAYOUTS), ("bsz", ("fixed", "dynamic")),
                          ("phases", ("update", "log_prob"))):
         values = [v for v in getattr(args, key).split(",") if v]
         unknown = sorted(set(values) - set(allowed))

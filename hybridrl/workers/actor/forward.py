@@ -4,7 +4,8 @@ Two input layouts give the same numbers on valid tokens:
 
 - padded: ``model(input_ids [B,S], attention_mask [B,S], position_ids [B,S])``;
 - packed (``use_remove_padding``): every valid token in one ``[1, nnz]`` row, ``attention_mask=None``
-  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.padding`); with Ulysses
+  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.padding`), plus the
+  sequence bounds for the varlen attention (:mod:`hybridrl.utils.varlen_attention`); with Ulysses
   sequence parallelism (a module marked by ``ulysses.mark_sequence_parallel``) each rank of the SP
   group runs a slice of that row and the per-token outputs are all-gathered (:mod:`hybridrl.utils.ulysses`).
 
@@ -32,6 +33,7 @@ from torch import nn
 
 from hybridrl.utils import ulysses
 from hybridrl.utils.padding import all_padding_columns, pack_sequences
+from hybridrl.utils.varlen_attention import packed_attention_kwargs
 
 __all__ = ["forward_packed_all_positions", "forward_response", "restore_order", "split_micro_batches"]
 
@@ -123,17 +125,12 @@ def _forward_packed(
     Returns per-token tensors ``[1, nnz]``; positions outside the response window hold 0 (masked by callers).
     """
     if not _keeps_logits(module):
-        output = module(
-            input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False
-        )
+        output = module(**_packed_inputs(module, packed))
         return list(token_fn(output.logits, next_tokens))
     column = packed.indices % packed.seqlen  # [nnz] column of each packed token in the padded batch
     window = (column >= packed.seqlen - response_length - 1) & (column < packed.seqlen - 1)
     keep = torch.nonzero(window, as_tuple=False).flatten()  # [K]
-    output = module(
-        input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False,
-        logits_to_keep=keep,
-    )
+    output = module(**_packed_inputs(module, packed), logits_to_keep=keep)
     nnz = packed.input_ids.shape[1]
     per_token = []
     for values in token_fn(output.logits, next_tokens[:, keep]):  # each [1, K]
@@ -151,8 +148,17 @@ def forward_packed_all_positions(module: nn.Module, packed: Any, token_fn: Token
     sp_group = ulysses.sequence_parallel_group_of(module)
     if sp_group is not None and dist.get_world_size(sp_group) > 1:
         return _forward_packed_sp(module, packed, next_tokens, token_fn, sp_group)
-    output = module(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids, use_cache=False)
+    output = module(**_packed_inputs(module, packed))
     return list(token_fn(output.logits, next_tokens))
+
+
+def _packed_inputs(module: nn.Module, packed: Any) -> dict[str, Any]:
+    """Forward kwargs of a packed row ``[1, nnz]``: no padding mask, restarting positions, and the sequence
+    bounds for the varlen attention (:mod:`hybridrl.utils.varlen_attention`) when the model runs it."""
+    return {
+        "input_ids": packed.input_ids, "attention_mask": None, "position_ids": packed.position_ids,
+        "use_cache": False, **packed_attention_kwargs(module, packed.cu_seqlens),
+    }
 
 
 def _forward_packed_sp(

@@ -4,6 +4,9 @@
 - token-classification models (critic, reward model) via ``AutoModelForTokenClassification`` with
   ``num_labels=1`` and ``classifier_dropout=0`` (a scalar head on every token).
 
+Without an asked-for attention implementation, a model that resolves to ``sdpa`` runs ``hybridrl_varlen``
+(:mod:`hybridrl.utils.varlen_attention`): the same SDPA, without the dense mask of packed rows.
+
 Every rank loads the weights from disk (no meta-device init): simple and exact for the model sizes
 hybridrl targets on CPU. Randomly initialised heads (the critic's ``score``) differ per rank, so
 :func:`hybridrl.workers.engine.fsdp.apply_fsdp` broadcasts rank 0's weights before sharding.
@@ -20,6 +23,7 @@ from torch import nn
 from hybridrl.utils.fs import copy_to_local
 from hybridrl.utils.model import update_model_config
 from hybridrl.utils.tokenizer import hf_tokenizer
+from hybridrl.utils.varlen_attention import use_varlen_attention
 
 _MODEL_KINDS = ("causal_lm", "token_classification")
 
@@ -51,7 +55,8 @@ def load_hf_model(
         kind: ``causal_lm`` (logits ``[B, T, V]``) or ``token_classification`` (logits ``[B, T, 1]``).
         torch_dtype: dtype of the loaded weights (see ``precision.resolve_model_dtype``).
         override_config: HF config fields to override (verl's ``model.override_config``).
-        attn_implementation: ``sdpa`` | ``eager`` | ``flash_attention_2``; None keeps HF's choice.
+        attn_implementation: ``sdpa`` | ``eager`` | ``flash_attention_2`` | a registered name; None keeps HF's
+            choice, except that ``sdpa`` becomes ``hybridrl_varlen`` (packed rows without a dense mask).
     """
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -71,6 +76,8 @@ def load_hf_model(
         torch.manual_seed(0)  # a new head (the critic's value head) starts the same in every run and rank
         module: Any = auto_cls.from_pretrained(copy_to_local(model_path), **kwargs)
     module.to(torch_dtype)  # a freshly initialised head (token classification) must match too
+    if attn_implementation is None:
+        use_varlen_attention(module)
     return module, module.config
 
 

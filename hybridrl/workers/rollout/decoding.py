@@ -10,7 +10,14 @@
 - *compacts* the batch: once a quarter of the active rows are finished, they are dropped from the
   KV cache, so later steps only run the rows still generating;
 - returns the log-prob of every sampled token under the full distribution at ``logprob_temperature``
-  (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward.
+  (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward;
+- writes keys/values in place into a preallocated cache (``kv_cache.py``) instead of transformers'
+  ``torch.cat`` per step, and slices each step's attention mask from one precomputed ``[B, P + R]`` mask;
+- samples by inverse CDF (one uniform per row) instead of ``torch.multinomial`` (an exponential per vocabulary
+  entry): same distribution, different tokens for a given seed than before (``draw_inverse_cdf``).
+
+``DecodeOptions`` switches the cache and the draw back to the unoptimised path for the equality tests and the
+benchmark's ``hf_before``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Reports, per model / dtype / engine / scenario, the *useful* tokens per second (valid response tokens: up to
 and including EOS), the median over ``--repeats`` timed runs after a warm-up, and the ratio of ``hf`` to each
 peer measured in the same run. The engines of one model and dtype are timed interleaved (A B C A B C ...), so
-a change of load on a shared machine hits them alike; each record carries the load average at its end.
+a change of load on a shared machine hits them alike; each record carries the load average at its end and
+the process CPU time next to the wall time (with ``--threads 1`` the CPU-time rate leaves out the time spent
+waiting for a core, the steadier figure on a loaded machine).
 ``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache, ``torch.multinomial``).
 ``--probs-diff`` adds, for a bf16 ``hf`` rollout, ``training/rollout_probs_diff_*`` against an fp32 forward.
 Scenarios:
@@ -68,15 +70,19 @@ def make_prompts(tokenizer, batch: int, scenario: str, stop_ids: list[int] | Non
 
 
 def summarize(records: list[dict]) -> list[dict]:
-    """``hf`` useful tokens/s over each peer's, per (model, dtype, scenario)."""
-    rate = {(r["model"], r["dtype"], r["scenario"], r["engine"]): r["useful_tokens_per_s"]
+    """``hf`` useful tokens per second (wall clock) and per CPU second over each peer's, per (model, dtype,
+    scenario). With ``--threads 1`` on a shared machine the CPU-time ratio is the steadier one: it leaves out
+    the time the process waited for a core."""
+    rate = {(r["model"], r["dtype"], r["scenario"], r["engine"]): r
             for r in records if "useful_tokens_per_s" in r}
     ratios = []
-    for (model, dtype, scenario, engine), value in rate.items():
+    for (model, dtype, scenario, engine), peer in rate.items():
         ours = rate.get((model, dtype, scenario, "hf"))
         if engine != "hf" and ours:
             ratios.append({"model": model, "dtype": dtype, "scenario": scenario, "peer": engine,
-                           "hf_over_peer": round(ours / value, 2)})
+                           "hf_over_peer": round(ours["useful_tokens_per_s"] / peer["useful_tokens_per_s"], 2),
+                           "hf_over_peer_cpu_time": round(
+                               ours["useful_tokens_per_cpu_s"] / peer["useful_tokens_per_cpu_s"], 2)})
     return ratios
 
 
@@ -148,18 +154,20 @@ def bench_engines(engines: list[str], model_dir: str, dtype: str, args, tokenize
     records = []
     for scenario in args.scenarios.split(","):
         seconds = {engine: [] for engine in engines}
+        cpu_seconds = {engine: [] for engine in engines}
         useful = {engine: [] for engine in engines}
         last_out = {}
         for repeat in range(args.repeats):
             for engine in engines:
                 prompts = make_prompts(tokenizer, args.batch // args.n, scenario, stop_ids, args.n)
                 torch.manual_seed(repeat)
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 last_out[engine] = handles[engine].generate_sequences(prompts)
                 seconds[engine].append(time.perf_counter() - start)
+                cpu_seconds[engine].append(time.process_time() - cpu_start)
                 useful[engine].append(int(last_out[engine].batch["attention_mask"][:, -args.new_tokens :].sum()))
         for engine in engines:
-            median_s = statistics.median(seconds[engine])
+            median_s, median_cpu_s = statistics.median(seconds[engine]), statistics.median(cpu_seconds[engine])
             record = {
                 "engine": engine,
                 "dtype": dtype,
@@ -169,6 +177,8 @@ def bench_engines(engines: list[str], model_dir: str, dtype: str, args, tokenize
                 "seconds_all": [round(x, 3) for x in seconds[engine]],
                 "useful_tokens_mean": statistics.mean(useful[engine]),
                 "useful_tokens_per_s": round(statistics.mean(useful[engine]) / median_s, 1),
+                "cpu_seconds_all": [round(x, 3) for x in cpu_seconds[engine]],
+                "useful_tokens_per_cpu_s": round(statistics.mean(useful[engine]) / median_cpu_s, 1),
                 "load_average": [round(x, 2) for x in os.getloadavg()],
             }
             if engine == "hf" and dtype != "float32" and args.probs_diff:

@@ -1,13 +1,15 @@
 """Each optimisation of the hf decode loop (``decoding.DecodeOptions``) against the unoptimised path.
 
-- the preallocated KV cache (in-place writes) vs transformers' ``DynamicCache`` (``torch.cat`` per step): same
-  greedy tokens and the same log-probs, bit for bit; same sampled tokens from the same generator;
+- the engine's default path (preallocated KV cache: in-place writes) vs the engine before (transformers'
+  ``DynamicCache``: ``torch.cat`` per step): same greedy tokens and the same log-probs, bit for bit; same sampled
+  tokens from the same seed (seeded sampling unchanged);
 - compaction of finished rows (every step, at 25%, never) changes nothing but the work done: same greedy tokens,
   log-probs within 1e-5 (a matmul over fewer rows may sum in another order: ~1e-6 seen);
 - a preallocated cache too small for the call grows and still gives the same result;
 - the engine against ``transformers.generate`` on the same prompts: same greedy tokens, log-probs within 1e-5;
-- ``draw_inverse_cdf`` draws the distribution it is given (frequencies vs hand-set probabilities; zero-mass
-  tokens never drawn), the property that lets it replace ``torch.multinomial``.
+- the opt-in ``draw_inverse_cdf`` draws the distribution it is given (frequencies vs hand-set probabilities;
+  zero-mass tokens never drawn), the property that lets it replace ``torch.multinomial``; the decode loop with
+  it gives the same greedy results (greedy never draws).
 
 The random tiny model stops on 24 ids (as in ``bench_rollout.py``'s eos scenario) plus two of its own greedy
 tokens, so rows end at different lengths and compaction runs.
@@ -24,7 +26,7 @@ from hybridrl.workers.rollout.kv_cache import PreallocatedCache, preallocated_ca
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 BENCH_STOP_IDS = tuple(range(100, 124))
-REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial")
+REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial")  # the engine before issue 22
 NEW_TOKENS = 12
 
 
@@ -86,7 +88,13 @@ def test_the_tiny_model_gets_the_preallocated_cache_and_rows_end_at_different_le
 def test_preallocated_cache_equals_dynamic_cache_bit_for_bit(model, tokenizer, stop_ids, greedy):
     params = _params(greedy, stop_ids=stop_ids)
     expected = _decode(model, tokenizer, params, REFERENCE)
-    _assert_same(_decode(model, tokenizer, params, DecodeOptions(draw="multinomial")), expected)
+    _assert_same(_decode(model, tokenizer, params, DecodeOptions()), expected)
+
+
+def test_the_inverse_cdf_draw_leaves_greedy_decoding_alone(model, tokenizer, stop_ids):
+    params = _params(greedy=True, stop_ids=stop_ids)
+    _assert_same(_decode(model, tokenizer, params, DecodeOptions(draw="inverse_cdf")),
+                 _decode(model, tokenizer, params, REFERENCE))
 
 
 @pytest.mark.parametrize("compact_fraction", [0.0, 0.25, 2.0])  # every step, the default, never

@@ -2,7 +2,14 @@
 
 Reports, per model / dtype / engine / scenario, the *useful* tokens per second (valid response tokens: up to
 and including EOS), the median over ``--repeats`` timed runs after a warm-up, and the ratio of ``hf`` to each
-peer measured in the same run. Scenarios:
+peer measured in the same run. The engines of one model and dtype are timed interleaved (A B C A B C ...), so
+a change of load on a shared machine hits them alike; each record carries the load average at its end and
+the process CPU time next to the wall time (with ``--threads 1`` the CPU-time rate leaves out the time spent
+waiting for a core, the steadier figure on a loaded machine).
+``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache); ``hf_inverse_cdf`` is
+``hf`` with the opt-in inverse-CDF draw.
+``--probs-diff`` adds, for a bf16 ``hf`` rollout, ``training/rollout_probs_diff_*`` against an fp32 forward.
+Scenarios:
 
 - ``full``: ``ignore_eos``; every row generates all ``--new-tokens`` tokens (pure decode speed).
 - ``eos``: rows end at different lengths, so time spent on finished rows shows. Random-weight models stop on
@@ -14,6 +21,8 @@ on stdout, so the JSON goes to ``--out`` (and, compact, as the last line of stdo
 
     python scripts/bench/bench_rollout.py --models tiny,100m --model-dirs smollm2=~/.cache/hybridrl/smollm2-135m-instruct \
         --out rollout.json
+    python scripts/bench/bench_rollout.py --models tiny,100m --model-dirs smollm2=~/.cache/hybridrl/smollm2-135m-instruct \
+        --engines hf,hf_generate,hf_before,hf_inverse_cdf --scenarios eos --batch 32 --n 8 --new-tokens 32 --threads 1
 """
 
 from __future__ import annotations
@@ -62,25 +71,33 @@ def make_prompts(tokenizer, batch: int, scenario: str, stop_ids: list[int] | Non
 
 
 def summarize(records: list[dict]) -> list[dict]:
-    """``hf`` useful tokens/s over each peer's, per (model, dtype, scenario)."""
-    rate = {(r["model"], r["dtype"], r["scenario"], r["engine"]): r["useful_tokens_per_s"]
+    """``hf`` useful tokens per second (wall clock) and per CPU second over each peer's, per (model, dtype,
+    scenario). With ``--threads 1`` on a shared machine the CPU-time ratio is the steadier one: it leaves out
+    the time the process waited for a core."""
+    rate = {(r["model"], r["dtype"], r["scenario"], r["engine"]): r
             for r in records if "useful_tokens_per_s" in r}
     ratios = []
-    for (model, dtype, scenario, engine), value in rate.items():
+    for (model, dtype, scenario, engine), peer in rate.items():
         ours = rate.get((model, dtype, scenario, "hf"))
         if engine != "hf" and ours:
             ratios.append({"model": model, "dtype": dtype, "scenario": scenario, "peer": engine,
-                           "hf_over_peer": round(ours / value, 2)})
+                           "hf_over_peer": round(ours["useful_tokens_per_s"] / peer["useful_tokens_per_s"], 2),
+                           "hf_over_peer_cpu_time": round(
+                               ours["useful_tokens_per_cpu_s"] / peer["useful_tokens_per_cpu_s"], 2)})
     return ratios
 
 
-def bench_engine(engine: str, model_dir: str, dtype: str, args, tokenizer, stop_ids: list[int] | None) -> list[dict]:
+def build_engine(engine: str, model_dir: str, dtype: str, args, tokenizer):
+    """The rollout handle of ``engine``; ``hf_before`` is ``hf`` with the decode loop's optimisations of issue 22
+    off (transformers' DynamicCache): the engine as it was, measured in the same run; ``hf_inverse_cdf`` is ``hf``
+    with the opt-in inverse-CDF draw (``decoding.DecodeOptions``)."""
     from hybridrl.workers.engine import load_hf_config
+    from hybridrl.workers.rollout.decoding import DecodeOptions
     from hybridrl.workers.sharding_manager import build_rollout_handle
 
     cfg = OmegaConf.create(
         {
-            "name": engine,
+            "name": "hf" if engine in ("hf_before", "hf_inverse_cdf") else engine,
             "temperature": 1.0,
             "top_k": -1,
             "top_p": 1.0,
@@ -97,7 +114,6 @@ def bench_engine(engine: str, model_dir: str, dtype: str, args, tokenizer, stop_
             "enforce_eager": True,
         }
     )
-    start = time.perf_counter()
     handle = build_rollout_handle(
         cfg,
         OmegaConf.create({"path": model_dir}),
@@ -106,32 +122,72 @@ def bench_engine(engine: str, model_dir: str, dtype: str, args, tokenizer, stop_
         actor_module=None,
         device_name="cpu",
     )
-    init_s = time.perf_counter() - start
-    handle.generate_sequences(make_prompts(tokenizer, max(1, 4 // args.n), "full", stop_ids))  # warm-up
+    if engine == "hf_before":
+        handle.engine.decode_options = DecodeOptions(kv_cache="dynamic", draw="multinomial")
+    elif engine == "hf_inverse_cdf":
+        handle.engine.decode_options = DecodeOptions(draw="inverse_cdf")
+    return handle
+
+
+def probs_diff_vs_fp32(model_dir: str, out) -> dict[str, float]:
+    """``training/rollout_probs_diff_*`` of a (bf16) rollout's log-probs against an fp32 forward of the same
+    tokens: what the trainer's fp32 ``compute_log_prob`` would see."""
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.workers.rollout.consistency import compute_rollout_probs_diff_metrics
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    b = out.batch
+    width = b["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits[:, -width - 1 : -1].float()
+    fp32 = torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)  # temperature 1
+    metrics = compute_rollout_probs_diff_metrics(b["rollout_log_probs"], fp32, b["attention_mask"][:, -width:])
+    return {key.split("/")[-1]: float(f"{value:.3g}") for key, value in metrics.items()}
+
+
+def bench_engines(engines: list[str], model_dir: str, dtype: str, args, tokenizer, stop_ids) -> list[dict]:
+    """Time every engine on the same prompts, interleaved (A B C A B C ...) so a load change hits them alike."""
+    handles, init_s = {}, {}
+    for engine in engines:
+        start = time.perf_counter()
+        handles[engine] = build_engine(engine, model_dir, dtype, args, tokenizer)
+        init_s[engine] = time.perf_counter() - start
+        handles[engine].generate_sequences(make_prompts(tokenizer, max(1, 4 // args.n), "full", stop_ids))  # warm-up
     records = []
-    for scenario in ("full", "eos"):
-        seconds, useful = [], []
+    for scenario in args.scenarios.split(","):
+        seconds = {engine: [] for engine in engines}
+        cpu_seconds = {engine: [] for engine in engines}
+        useful = {engine: [] for engine in engines}
+        last_out = {}
         for repeat in range(args.repeats):
-            prompts = make_prompts(tokenizer, args.batch // args.n, scenario, stop_ids, args.n)
-            torch.manual_seed(repeat)
-            start = time.perf_counter()
-            out = handle.generate_sequences(prompts)
-            seconds.append(time.perf_counter() - start)
-            useful.append(int(out.batch["attention_mask"][:, -args.new_tokens :].sum()))
-        median_s = statistics.median(seconds)
-        records.append(
-            {
+            for engine in engines:
+                prompts = make_prompts(tokenizer, args.batch // args.n, scenario, stop_ids, args.n)
+                torch.manual_seed(repeat)
+                start, cpu_start = time.perf_counter(), time.process_time()
+                last_out[engine] = handles[engine].generate_sequences(prompts)
+                seconds[engine].append(time.perf_counter() - start)
+                cpu_seconds[engine].append(time.process_time() - cpu_start)
+                useful[engine].append(int(last_out[engine].batch["attention_mask"][:, -args.new_tokens :].sum()))
+        for engine in engines:
+            median_s, median_cpu_s = statistics.median(seconds[engine]), statistics.median(cpu_seconds[engine])
+            record = {
                 "engine": engine,
                 "dtype": dtype,
                 "scenario": scenario,
-                "init_s": round(init_s, 2),
+                "init_s": round(init_s[engine], 2),
                 "seconds_median": round(median_s, 3),
-                "seconds_all": [round(x, 3) for x in seconds],
-                "useful_tokens_mean": statistics.mean(useful),
-                "useful_tokens_per_s": round(statistics.mean(useful) / median_s, 1),
+                "seconds_all": [round(x, 3) for x in seconds[engine]],
+                "useful_tokens_mean": statistics.mean(useful[engine]),
+                "useful_tokens_per_s": round(statistics.mean(useful[engine]) / median_s, 1),
+                "cpu_seconds_all": [round(x, 3) for x in cpu_seconds[engine]],
+                "useful_tokens_per_cpu_s": round(statistics.mean(useful[engine]) / median_cpu_s, 1),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
             }
-        )
-    del handle
+            if engine == "hf" and dtype != "float32" and args.probs_diff:
+                record["probs_diff_vs_fp32"] = probs_diff_vs_fp32(model_dir, last_out[engine])
+            records.append(record)
     return records
 
 
@@ -145,7 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny,small", help=f"random-weight models among {sorted(MODELS)}")
     parser.add_argument("--model-dirs", default="", help="real HF folders: name=path,name=path")
-    parser.add_argument("--engines", default="hf,hf_generate,vllm")
+    parser.add_argument("--engines", default="hf,hf_generate,vllm",
+                        help="among hf, hf_generate, vllm, hf_before (hf without the issue-22 decode optimisations), "
+                             "hf_inverse_cdf (hf with the opt-in inverse-CDF draw)")
+    parser.add_argument("--scenarios", default="full,eos")
+    parser.add_argument("--probs-diff", action="store_true",
+                        help="for dtypes other than float32: the hf rollout's log-probs vs an fp32 forward")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--batch", type=int, default=64, help="rows generated per call (prompts x n)")
     parser.add_argument("--n", type=int, default=1, help="samples per prompt (GRPO's group; batch/n prompts)")
@@ -181,14 +242,16 @@ def main(argv: list[str] | None = None) -> None:
         for model, (model_dir, stop_ids) in models.items():
             tokenizer = build_tokenizer(model_dir)
             for dtype in args.dtypes.split(","):
+                engines = []
                 for engine in args.engines.split(","):
                     if engine == "vllm" and not has_vllm:
                         results["results"].append({"model": model, "engine": engine, "dtype": dtype,
                                                    "skipped": "vllm not importable"})
-                        continue
-                    for record in bench_engine(engine, model_dir, dtype, args, tokenizer, stop_ids):
-                        results["results"].append({"model": model, **record})
-                        print(json.dumps(results["results"][-1]), file=sys.stderr, flush=True)
+                    else:
+                        engines.append(engine)
+                for record in bench_engines(engines, model_dir, dtype, args, tokenizer, stop_ids):
+                    results["results"].append({"model": model, **record})
+                    print(json.dumps(results["results"][-1]), file=sys.stderr, flush=True)
     results["hf_over_peer"] = summarize(results["results"])
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))

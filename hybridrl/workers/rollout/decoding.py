@@ -10,7 +10,17 @@
 - *compacts* the batch: once a quarter of the active rows are finished, they are dropped from the
   KV cache, so later steps only run the rows still generating;
 - returns the log-prob of every sampled token under the full distribution at ``logprob_temperature``
-  (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward.
+  (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward;
+- writes keys/values in place into a preallocated cache (``kv_cache.py``) instead of transformers'
+  ``torch.cat`` per step, and slices each step's attention mask from one precomputed ``[B, P + R]`` mask;
+- can sample by inverse CDF (``DecodeOptions(draw="inverse_cdf")``, one uniform per row) instead of
+  ``torch.multinomial`` (an exponential per vocabulary entry): same distribution, 10x cheaper on SmolLM2's
+  49k vocabulary, but other tokens for a given seed, so it is opt-in (code only; the default keeps every
+  seeded run's samples unchanged: a pinned-seed learning test, tests/trainer/test_rollout_correction_learning_e2e.py,
+  fails its margins with the other samples).
+
+``DecodeOptions`` switches the cache back to the unoptimised path for the equality tests and the benchmark's
+``hf_before``.
 """
 
 from __future__ import annotations
@@ -54,10 +64,30 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
+def draw_inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of ``probs [B, V]`` (rows need not sum to 1) by inverse transform sampling.
+
+    One uniform ``u`` per row is scaled to the row's mass and the first token whose cumulative mass exceeds it is
+    taken, so token ``i`` is drawn with probability ``probs[i] / sum(probs)`` and a zero-probability token never
+    is. Same distribution as ``torch.multinomial(probs, 1)``, but it draws ``B`` uniforms where multinomial
+    draws ``B x V`` exponentials (an ``[32, 49152]`` draw costs about 10x the cumsum + search on this CPU), so a
+    given seed gives different tokens than multinomial would.
+    """
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    uniform = torch.rand(total.shape, generator=generator, device=probs.device, dtype=cdf.dtype) * total
+    uniform = torch.minimum(uniform, torch.nextafter(total, torch.zeros_like(total)))  # u < total: index < V
+    return torch.searchsorted(cdf, uniform, right=True).squeeze(-1)
+
+
 def sample_next_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None, draw: str = "multinomial"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row from ``[B, V]`` logits.
+
+    Args:
+        draw: ``multinomial`` (``torch.multinomial``, what ``transformers.generate`` does; the default) or
+            ``inverse_cdf`` (``draw_inverse_cdf``: same distribution, cheaper, other tokens for a given seed).
 
     Returns:
         ``tokens [B]`` (int64) and ``log_probs [B]``: ``log_softmax(logits / T_lp)[token]`` on the
@@ -67,9 +97,13 @@ def sample_next_tokens(
     if params.greedy:
         tokens = logits.argmax(dim=-1)
     else:
-        filtered = filter_logits(logits / params.temperature, params.top_k, params.top_p)
-        probs = filtered.softmax(dim=-1)
-        tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+        probs = filter_logits(logits / params.temperature, params.top_k, params.top_p).softmax(dim=-1)
+        if draw == "inverse_cdf":
+            tokens = draw_inverse_cdf(probs, generator)
+        elif draw == "multinomial":
+            tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+        else:
+            raise ValueError(f"DecodeOptions.draw must be 'multinomial' or 'inverse_cdf', got {draw!r}")
     log_probs = torch.log_softmax(logits / params.logprob_temperature, dim=-1)
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
@@ -107,6 +141,58 @@ def prefill_distinct_rows(
     return logits[inverse]
 
 
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Switches of the decode loop's optimisations. The defaults are the engine's; the alternatives are the
+    unoptimised reference paths the equality tests run (tests/workers/rollout/test_decode_equality_on_cpu.py).
+
+    Attributes:
+        kv_cache: ``preallocated`` (``kv_cache.PreallocatedCache``: in-place writes; falls back to ``dynamic`` for
+            sliding-window/hybrid models) or ``dynamic`` (transformers' ``DynamicCache``, a ``torch.cat`` per step).
+        draw: ``multinomial`` (the seeded samples of every earlier version) or ``inverse_cdf`` (opt-in; see
+            ``sample_next_tokens``).
+        compact_fraction: drop finished rows from the cache once this fraction of the active rows has finished.
+    """
+
+    kv_cache: str = "preallocated"
+    draw: str = "multinomial"
+    compact_fraction: float = _COMPACT_FRACTION
+
+
+def _new_cache(model: nn.Module, kv_cache: str, capacity: int) -> object:
+    from transformers import DynamicCache
+
+    from hybridrl.workers.rollout.kv_cache import preallocated_cache_or_none
+
+    if kv_cache == "preallocated":
+        cache = preallocated_cache_or_none(model.config, capacity)
+        if cache is not None:
+            return cache
+    elif kv_cache != "dynamic":
+        raise ValueError(f"DecodeOptions.kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
+    return DynamicCache()
+
+
+class _Recorder:
+    """Sampled tokens and log-probs ``[B, R]`` of every row, written per step; a row's length stops growing
+    once it has emitted a stop id."""
+
+    def __init__(self, batch: int, max_new_tokens: int, device: torch.device) -> None:
+        self.tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
+        self.log_probs = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def record(self, step: int, rows: torch.Tensor, tokens: torch.Tensor, log_probs: torch.Tensor,
+               already_finished: torch.Tensor) -> None:
+        self.tokens[rows, step] = tokens
+        self.log_probs[rows, step] = log_probs.float()
+        self.lengths[rows] += (~already_finished).long()  # rows are distinct
+
+    def result(self) -> DecodeResult:
+        tokens, log_probs, lengths = self.tokens.tolist(), self.log_probs.tolist(), self.lengths.tolist()
+        return DecodeResult([t[:n] for t, n in zip(tokens, lengths)], [lp[:n] for lp, n in zip(log_probs, lengths)])
+
+
 @torch.no_grad()
 def decode_batch(
     model: nn.Module,
@@ -114,6 +200,7 @@ def decode_batch(
     attention_mask: torch.Tensor,
     params: SamplingParams,
     generator: torch.Generator | None = None,
+    options: DecodeOptions = DecodeOptions(),
 ) -> DecodeResult:
     """Generate up to ``params.max_new_tokens`` tokens for each left-padded prompt row.
 
@@ -123,44 +210,39 @@ def decode_batch(
         attention_mask: ``[B, P]`` 1 on prompt tokens, 0 on left padding.
         params: resolved sampling parameters (stop ids, greedy/sampling, length).
         generator: RNG for sampling (None: torch's global RNG).
+        options: which optimisations run (``DecodeOptions``; the defaults are the engine's).
     """
-    from transformers import DynamicCache
-
     lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
-    input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:]
-    batch = input_ids.shape[0]
-    attention_mask = attention_mask.long()
+    input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
+    batch, prompt_width = input_ids.shape
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     eos = torch.tensor(params.eos_token_ids, device=input_ids.device)
-    out_tokens: list[list[int]] = [[] for _ in range(batch)]
-    out_logps: list[list[float]] = [[] for _ in range(batch)]
+    recorder = _Recorder(batch, params.max_new_tokens, input_ids.device)
     active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
-    cache = DynamicCache()
+    cache = _new_cache(model, options.kv_cache, prompt_width + params.max_new_tokens)
     logits = prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
+    # the mask of every step is a prefix of this one (prompt mask, then ones): no concatenation per step
+    full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, params.max_new_tokens))], dim=-1)
     next_pos = position_ids[:, -1:] + 1
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     for step in range(params.max_new_tokens):
-        tokens, logps = sample_next_tokens(logits, params, generator)
-        for row, token, logp, was_done in zip(active.tolist(), tokens.tolist(), logps.tolist(), finished.tolist()):
-            if not was_done:  # a finished row waits (not yet compacted) but records nothing more
-                out_tokens[row].append(token)
-                out_logps[row].append(logp)
+        tokens, logps = sample_next_tokens(logits, params, generator, options.draw)
+        recorder.record(step, active, tokens, logps, finished)  # a finished, not yet compacted row records nothing
         if not params.ignore_eos:
             finished = finished | torch.isin(tokens, eos)
         if bool(finished.all()) or step == params.max_new_tokens - 1:
             break
-        if int(finished.sum()) >= max(1, int(_COMPACT_FRACTION * len(active))):
+        if int(finished.sum()) >= max(1, int(options.compact_fraction * len(active))):
             keep = (~finished).nonzero().squeeze(-1)
             cache.batch_select_indices(keep)
-            active, tokens, attention_mask, next_pos = active[keep], tokens[keep], attention_mask[keep], next_pos[keep]
+            active, tokens, full_mask, next_pos = active[keep], tokens[keep], full_mask[keep], next_pos[keep]
             finished = finished[keep]
-        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=-1)
         logits = model(
             input_ids=tokens.unsqueeze(-1),
-            attention_mask=attention_mask,
+            attention_mask=full_mask[:, : prompt_width + step + 1],
             position_ids=next_pos,
             past_key_values=cache,
             use_cache=True,
         ).logits[:, -1]
         next_pos = next_pos + 1
-    return DecodeResult(out_tokens, out_logps)
+    return recorder.result()

@@ -3,7 +3,8 @@
 Two decoders share one engine class:
 
 - ``rollout.name=hf`` (``HFRollout``): hybridrl's EOS-aware KV-cache loop (``decoding.decode_batch``):
-  it stops when every row is done and drops finished rows from the cache; the default on CPU.
+  it stops when every row is done, drops finished rows from the cache, writes keys/values into a
+  preallocated cache (``kv_cache.py``); the default on CPU.
 - ``rollout.name=hf_generate`` (``HFGenerateRollout``): ``transformers.generate``, verl's HF rollout
   and the reference the fast loop is checked against.
 
@@ -22,7 +23,7 @@ from torch import nn
 
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
-from hybridrl.workers.rollout.decoding import decode_batch
+from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 
@@ -65,6 +66,7 @@ class HFRollout(BaseRollout):
         self.seed = seed
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._params = dict(model.named_parameters(remove_duplicate=False))
+        self.decode_options = DecodeOptions()  # the decode loop's optimisations (the benchmark's "before" turns them off)
 
     # ---- generation ------------------------------------------------------------------------
 
@@ -96,7 +98,7 @@ class HFRollout(BaseRollout):
         return responses, (log_probs if params.calculate_log_probs else None)
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
-        result = decode_batch(self.model, input_ids, attention_mask, params, self.generator)
+        result = decode_batch(self.model, input_ids, attention_mask, params, self.generator, self.decode_options)
         return result.token_ids, result.log_probs
 
     # ---- weights -----------------------------------------------------------------------------

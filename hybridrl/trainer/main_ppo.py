@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.utils.config import (
     BatchPlan,
@@ -31,8 +31,16 @@ from hybridrl.utils.config.access import ACTOR, get
 
 def complete_config(config: DictConfig) -> DictConfig:
     """``config`` with the keys of ``ppo_trainer.yaml`` it lacks: ``--config-name ppo_megatron_trainer`` (verl's
-    Megatron file) has no FSDP-only keys and none of hybridrl's additions, which the trainer reads by attribute."""
-    return with_defaults(config, "ppo_trainer") if get(config, f"{ACTOR}.megatron") is not None else config
+    Megatron file) has no FSDP-only keys and none of hybridrl's additions, which the trainer reads by attribute.
+
+    The Megatron tree is returned resolved: its ``ref.megatron`` / ``critic.megatron`` sections interpolate whole
+    dicts (``override_transformer_config: ${oc.select:...,{}}``), which ``OmegaConf.resolve`` cannot write in place
+    (the TaskRunner resolves the tree, as verl's does)."""
+    if get(config, f"{ACTOR}.megatron") is None:
+        return config
+    resolved = OmegaConf.create(OmegaConf.to_container(with_defaults(config, "ppo_trainer"), resolve=True))
+    OmegaConf.set_struct(resolved, True)
+    return resolved
 
 
 def check_config(config: DictConfig) -> BatchPlan:

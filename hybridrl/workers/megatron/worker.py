@@ -68,12 +68,13 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         return self.config.actor.megatron if self._is_actor or self._is_rollout else self.config.ref.megatron
 
     def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
-        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch)."""
+        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch): the batch
+        plan divides ``world_size`` by the actor's TP × PP × CP itself (strategy=megatron), as the driver's does."""
         parallel = model_parallel_size(self._megatron_section())
         if world_size % parallel:
             raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
                              "(actor_rollout_ref.actor.megatron.*_parallel_size)")
-        return super()._standalone_plan(world_size // parallel)
+        return super()._standalone_plan(world_size)
 
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
         # the reference's section has param_offload only

@@ -7,6 +7,7 @@ rollout in its worker) by ``actor_rollout_ref.actor.strategy``, the critic by ``
     <section>.megatron exists                   the FSDP file has no megatron sections: --config-name ppo_megatron_trainer
     ranks % (TP × PP × CP) == 0                  data-parallel size = ranks / (TP × PP × CP), an integer
     PP, CP, virtual PP, EP = 1; no offload       not implemented in hybridrl's Megatron workers yet (they would raise)
+    critic / RM TP, PP, CP = the actor's         when colocated: megatron-core's parallel groups exist once a process
     sequence_parallel on CPU (TP > 1)            warned: megatron-core's sequence parallelism needs the GPU layer
                                                  spec; on CPU the worker builds the model without it
     a worker class exists for the role           the Megatron critic / reward model modules (imported by path)
@@ -82,6 +83,7 @@ def check_megatron(config: DictConfig, use_critic: bool, use_reference_policy: b
         if section != REF:  # the reference runs on the actor's layout
             _check_divides_world(config, section, problems)
         _check_not_implemented(config, section, problems)
+        _check_colocated_layout(config, section, problems)
         _warn_sequence_parallel_on_cpu(config, section)
         _check_worker_exists(section, problems)
     if ACTOR in sections:
@@ -129,6 +131,21 @@ def _check_divides_world(config: DictConfig, section: str, problems: list[Config
         key, f"the {world} ranks of this role do not split into model replicas of TP × PP × CP = {sizes} = {size} "
         "ranks (data-parallel size = ranks / (TP × PP × CP)).",
         f"set {key} to a divisor of {world} ({', '.join(map(str, divisors))}), or change trainer.n_gpus_per_node."))
+
+
+def _check_colocated_layout(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:
+    """A critic / reward model sharing the actor's processes (no pool of its own) shares megatron-core's parallel
+    state, which is global to a process and made once: its TP / PP / CP must be the actor's."""
+    if section in (ACTOR, REF) or get(config, f"{section}.enable_resource_pool") or not uses_megatron(config, ACTOR):
+        return
+    for key in MEGATRON_REPLICA_KEYS:
+        own, actor = get(config, f"{section}.megatron.{key}"), get(config, f"{ACTOR}.megatron.{key}")
+        if own != actor:
+            problems.append(ConfigProblem(
+                f"{section}.megatron.{key}", f"{own!r} differs from the actor's {actor!r}, but the {section} runs in the "
+                "actor's processes, where megatron-core's parallel groups exist once.",
+                f"set {section}.megatron.{key}={actor}, or give the {section} its own pool "
+                f"({section}.enable_resource_pool=True)."))
 
 
 def _check_not_implemented(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:

@@ -125,3 +125,14 @@ def test_megatron_sections_follow_each_role_strategy():
         "actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model"]
     fsdp = compose_config("ppo_trainer", GRPO_4_RANKS)
     assert megatron_sections(fsdp, use_critic=True, use_reference_policy=True) == []
+
+
+def test_a_colocated_megatron_critic_needs_the_actor_layout():
+    critic = ["critic.enable=True", "critic.ppo_micro_batch_size_per_gpu=2", "critic.ppo_mini_batch_size=4",
+              f"{ACTOR_MEGATRON}.tensor_model_parallel_size=2"]
+    key = "critic.megatron.tensor_model_parallel_size"
+    problems = _problems(*critic, f"{key}=1")
+    assert "differs from the actor's 2" in problems[key] and f"set {key}=2" in problems[key]
+    assert key not in _problems(*critic, f"{key}=2")
+    own_pool = ["critic.enable_resource_pool=True", "critic.n_gpus_per_node=2", "critic.nnodes=1"]
+    assert key not in _problems(*critic, f"{key}=1", *own_pool)  # its own processes: its own parallel groups

@@ -11,6 +11,7 @@ the update's metrics 1e-5 relative.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from megatron_testlib import policy_batch, run_ranks
 
@@ -36,6 +37,8 @@ def critic_config(model_dir: str, tp_size: int, strategy: str):
 
 
 def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str) -> dict:
+    from omegaconf import OmegaConf
+
     from hybridrl.workers.critic_worker import CriticWorker
     from hybridrl.workers.megatron.critic_worker import MegatronCriticWorker
 
@@ -51,6 +54,12 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
     data.batch["returns"] = torch.randn(before.shape, generator=torch.Generator().manual_seed(3)) * mask
     metrics = worker.update_critic(data).meta_info["metrics"]
     after = worker.compute_values(policy_batch(seed=2)).batch["values"]
+    if strategy == "megatron":  # one megatron-core grid per process: a colocated worker asking for another is refused
+        from hybridrl.workers.megatron.parallel import init_megatron_parallel
+
+        other = dict(worker.config.megatron, tensor_model_parallel_size=3 - tp_size)
+        with pytest.raises(ValueError, match="already holds a megatron-core grid"):
+            init_megatron_parallel(OmegaConf.create(other), "cpu")
     return {"before": before, "probe_before": probe_before, "after": after, "skipped": float(metrics["critic/skipped_steps"]),
             **{key: float(torch.tensor(metrics[key], dtype=torch.float64).mean()) for key in _METRICS}}
 

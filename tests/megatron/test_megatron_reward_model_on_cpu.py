@@ -2,8 +2,8 @@
 
 The RM is a real HF folder: the tiny untied Llama saved as ``LlamaForSequenceClassification`` with one label and a
 random ``score`` head (std 0.5, no bias, as HF saves it). Both workers load it as a token-classification model;
-the Megatron one scores packed rows (``use_remove_padding=True``, block-diagonal attention), the FSDP2 one padded
-rows. ``rm_scores`` agree within 1e-5 (fp32) and are non-zero only on each row's last valid response token.
+the Megatron one (trunk weights through mbridge, ``use_mbridge=True``) scores packed rows
+(``use_remove_padding=True``, block-diagonal attention), the FSDP2 one padded rows. ``rm_scores`` agree within 1e-5 (fp32) and are non-zero only on each row's last valid response token.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def tiny_rm_dir(tmp_path_factory, tiny_gqa_llama_dir):
 
 def rm_config(model_dir: str, tp_size: int, strategy: str):
     """``reward_model`` for the tiny RM from the shipped YAML (``ppo_megatron_trainer`` at TP ``tp_size`` with
-    packed rows, or ``ppo_trainer``); the RM reads the policy's token ids (no chat-template switch)."""
+    packed rows and mbridge, or ``ppo_trainer``); the RM reads the policy's token ids (no chat-template switch)."""
     from config_testlib import compose_config
 
     common = [f"actor_rollout_ref.model.path={model_dir}", f"reward_model.model.path={model_dir}",
@@ -41,7 +41,7 @@ def rm_config(model_dir: str, tp_size: int, strategy: str):
     if strategy == "megatron":
         return compose_config("ppo_megatron_trainer", [
             *common, f"reward_model.megatron.tensor_model_parallel_size={tp_size}",
-            "+reward_model.model.use_remove_padding=True"]).reward_model
+            "+reward_model.model.use_remove_padding=True", "reward_model.megatron.use_mbridge=True"]).reward_model
     return compose_config("ppo_trainer", common).reward_model
 
 
@@ -52,7 +52,8 @@ def _rm_scores(rank: int, model_dir: str, tp_size: int, strategy: str) -> dict:
     worker_class = MegatronRewardModelWorker if strategy == "megatron" else RewardModelWorker
     worker = worker_class(rm_config(model_dir, tp_size, strategy))
     worker.init_model()
-    return {"scores": worker.compute_rm_score(policy_batch(seed=1)).batch["rm_scores"]}
+    scores = worker.compute_rm_score(policy_batch(seed=1)).batch["rm_scores"]
+    return {"scores": scores, "mbridge": float(strategy == "megatron" and worker.reward_model.bridge is not None)}
 
 
 def test_megatron_rm_tp2_equals_fsdp2(tmp_path, tiny_rm_dir):
@@ -66,6 +67,7 @@ def test_megatron_rm_tp2_equals_fsdp2(tmp_path, tiny_rm_dir):
     fsdp_elsewhere[rows, last] = 0
     assert (fsdp_elsewhere == 0).all()  # ... and zeros elsewhere
     for rank in tp2:
+        assert rank["mbridge"] == 1.0  # the trunk came through mbridge (the critic test uses the built-in converter)
         diff = (rank["scores"] - fsdp).abs().max().item()
         print(f"rm_scores diff vs FSDP2 (TP=2, packed rows): {diff:.2e}")
         assert diff < SCORE_TOLERANCE

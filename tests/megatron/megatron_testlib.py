@@ -81,3 +81,16 @@ def policy_batch(batch_size: int = 4, seed: int = 0) -> Any:
         "advantages": torch.randn(batch_size, response_len, generator=generator) * response_mask,
     }
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
+    """log π(response token) ``[B, R]`` under the HF model, padded layout."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    batch = data.batch
+    response_len = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits[:, -response_len - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)

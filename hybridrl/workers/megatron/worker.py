@@ -35,7 +35,8 @@ from hybridrl.workers.megatron.engine import (
 )
 from hybridrl.workers.megatron.parallel import init_megatron_parallel
 
-__all__ = ["MegatronActorRolloutRefWorker", "model_parallel_size"]
+__all__ = ["MegatronActorRolloutRefWorker", "compute_dtype", "data_parallel_size", "model_parallel_size",
+           "refuse_megatron_offload"]
 
 _OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
 _PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
@@ -49,7 +50,28 @@ def model_parallel_size(megatron_config: Any) -> int:
             * int(megatron_config.context_parallel_size))
 
 
-def _compute_dtype(device_name: str) -> torch.dtype:
+def data_parallel_size(world_size: int, megatron_config: Any, section: str) -> int:
+    """Data-parallel ranks of a worker group of ``world_size`` ranks: ``world / (TP × PP × CP)``.
+
+    Raises:
+        ValueError: ``world_size`` is not a multiple of ``TP × PP × CP`` (``section``: the megatron section's path).
+    """
+    parallel = model_parallel_size(megatron_config)
+    if world_size % parallel:
+        raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
+                         f"({section}.*_parallel_size)")
+    return world_size // parallel
+
+
+def refuse_megatron_offload(megatron_config: Any, section: str) -> None:
+    """Raise NotImplementedError when ``section`` (a megatron section's path) turns on param/grad/optimizer offload
+    (not implemented yet; a reference's section has ``param_offload`` only)."""
+    enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
+    if enabled:
+        raise NotImplementedError(f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False.")
+
+
+def compute_dtype(device_name: str) -> torch.dtype:
     """bf16 parameters on GPU (verl's Megatron workers); fp32 on CPU, where bf16 matmuls are slow and inexact."""
     return torch.bfloat16 if device_name == "cuda" else torch.float32
 
@@ -68,21 +90,15 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         return self.config.actor.megatron if self._is_actor or self._is_rollout else self.config.ref.megatron
 
     def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
-        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch): the batch
-        plan divides ``world_size`` by the actor's TP × PP × CP itself (strategy=megatron), as the driver's does."""
-        parallel = model_parallel_size(self._megatron_section())
-        if world_size % parallel:
-            raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
-                             "(actor_rollout_ref.actor.megatron.*_parallel_size)")
-        return super()._standalone_plan(world_size)
+        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch). The batch plan
+        divides the ranks by the actor's TP × PP × CP itself (strategy=megatron), as the driver's plan does; a
+        reference-only worker on its own ``ref.megatron`` layout is planned as the group whose actor layout gives its dp."""
+        section = "actor.megatron" if self._is_actor or self._is_rollout else "ref.megatron"
+        dp_size = data_parallel_size(world_size, self._megatron_section(), f"actor_rollout_ref.{section}")
+        return super()._standalone_plan(dp_size * model_parallel_size(self.config.actor.megatron))
 
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
-        # the reference's section has param_offload only
-        enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
-        if enabled:
-            raise NotImplementedError(
-                f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False."
-            )
+        refuse_megatron_offload(megatron_config, "megatron")
         if not hasattr(self, "hf_config"):
             from transformers import AutoConfig
 
@@ -90,7 +106,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             trust = bool(model_config.trust_remote_code)
             self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=trust)
         return build_megatron_model(self.config.model.path, self.hf_config, megatron_config,
-                                    _compute_dtype(self._device_name), self._device_name, trainable=trainable)
+                                    compute_dtype(self._device_name), self._device_name, trainable=trainable)
 
     def _build_actor(self, use_remove_padding: bool) -> None:
         actor_config = self.config.actor

@@ -1,8 +1,10 @@
 """``python -m hybridrl.trainer.main_ppo --config-name ppo_megatron_trainer`` end to end on CPU (.venv-megatron).
 
-Real Ray, 2 Megatron policy workers over gloo at TP=2 (one data-parallel rank: both TP ranks get the same slice),
-the reference inside the policy worker on the actor's layout, the hf rollout synced from the Megatron actor (HF tensors
-gathered over TP), the tiny GQA Qwen2 (4 query / 2 KV heads), 2 GRPO steps of 8 prompts x 4 responses.
+Real Ray, 2 Megatron workers over gloo, the hf rollout synced from the Megatron actor (HF tensors gathered over TP),
+the tiny GQA Qwen2 (4 query / 2 KV heads), 2 steps:
+
+    GRPO   TP=2 (one data-parallel rank: both TP ranks get the same slice), the reference inside the policy worker
+    PPO    TP=1, DP=2, with the Megatron critic (critic.strategy=megatron) colocated with the actor
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import pytest
 
 from tests.trainer.conftest import arithmetic_data_dir  # noqa: F401 - the fixture, shared with the FSDP e2e tests
-from tests.trainer.e2e import failure_report, grpo_args, read_metrics, run_main_ppo
+from tests.trainer.e2e import failure_report, grpo_args, ppo_overrides, read_metrics, run_main_ppo
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +60,23 @@ def test_grpo_megatron_tp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_dir, t
     assert _finite(metrics[2], "actor/kl_loss") > 0
     assert metrics[2]["training/global_step"] == 2
     assert "critic/vf_loss" not in metrics[2]  # GRPO has no critic
+
+
+def test_ppo_megatron_critic_dp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path):  # noqa: F811
+    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    ppo = {**ppo_overrides(tiny_gqa_qwen2_dir), "trainer.test_freq": -1, "trainer.val_before_train": False}
+    args = megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, ckpt, tp_size=1, **ppo)
+    proc = run_main_ppo(args, metrics_file)
+    assert proc.returncode == 0, failure_report(proc)
+    assert "world 2 / TP·PP·CP 1" in proc.stdout  # dp 2: 8 samples per step, 4 per rank
+    assert "[trainer] global_pool: actor_rollout_ref, critic on 2 rank(s)" in proc.stdout, proc.stdout[-3000:]
+    metrics = read_metrics(metrics_file)
+    assert sorted(metrics) == [1, 2]
+    for step in (1, 2):
+        for name in ("critic/vf_loss", "critic/values/mean", "critic/vf_explained_var", "critic/returns/mean",
+                     "actor/pg_loss", "actor/reward_kl_penalty"):
+            _finite(metrics[step], name)
+        assert _finite(metrics[step], "critic/grad_norm") > 0 and _finite(metrics[step], "actor/grad_norm") > 0
+    # KL in the reward: at step 1 the actor is still the reference (the same weights on the same layout), at step 2
+    # step 1's update has moved it
+    assert abs(metrics[1]["actor/reward_kl_penalty"]) < 1e-6 < abs(metrics[2]["actor/reward_kl_penalty"])

@@ -35,6 +35,7 @@ from hybridrl.utils.checkpoint import (
     set_rng_state,
 )
 from hybridrl.utils.fs import atomic_write_text, local_mkdir_safe
+from hybridrl.workers.engine.checkpoint import CheckpointShardError
 from hybridrl.workers.megatron import checkpoint_layout as layout
 from hybridrl.workers.megatron.engine import MegatronModel, export_hf_weights
 from hybridrl.workers.megatron.optimizer_state import load_optimizer_state, optimizer_state
@@ -203,28 +204,63 @@ def load_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
                              *, load_contents: Sequence[str]) -> dict[str, Any]:
     """Restore what ``load_contents`` names from ``local_path`` (collective); returns the saved ``extra_state``.
 
-    Raises FileNotFoundError (incomplete folder: no marker, or a missing file, named), ValueError (another parallel
-    layout, or contents that were not saved), CheckpointShardError (a file that is not safetensors).
+    Every rank reads all its files before any state changes, and the ranks agree: when one rank cannot, all raise
+    (FileNotFoundError: no marker or a missing file, named; ValueError: another parallel layout or contents that
+    were not saved; CheckpointShardError: a file that is not safetensors, named).
     """
     local_path = os.path.abspath(local_path)
     contents = [c for c in load_contents if c != "hf_model" and (c != "optimizer" or optimizer is not None)]
-    coords, sizes = _check_loadable(local_path, contents)
-    if "model" in contents:
-        path = layout.model_file(local_path, coords.tp, coords.pp, sizes.pp)
-        _load_model_state(model, layout.read_tensor_file(path)[0], path)
-        if optimizer is not None and "optimizer" not in contents:
+    files: dict[str, Any] = {}
+    try:
+        coords, sizes = _check_loadable(local_path, contents)
+        files = _read_rank_files(local_path, coords, sizes, contents)
+        error = None
+    except (OSError, ValueError, RuntimeError) as caught:
+        error = caught
+    _raise_if_any_rank_failed(error)
+    if "model" in files:
+        _load_model_state(model, files["model"][0], files["model_path"])
+        if optimizer is not None and "optimizer" not in files:
             optimizer.reload_model_params()  # the optimizer's fp32 main parameters follow the loaded weights
-    if "optimizer" in contents:
-        path = layout.optim_file(local_path, coords)
-        load_optimizer_state(optimizer, model.gpt, *layout.read_tensor_file(path), source=path)
+    if "optimizer" in files:
+        load_optimizer_state(optimizer, model.gpt, *files["optimizer"], source=files["optimizer_path"])
     extra_state: dict[str, Any] = {}
-    if "extra" in contents:
-        _set_rng_state(*layout.read_tensor_file(layout.rng_file(local_path, coords)))
-        extra = layout.read_json(os.path.join(local_path, layout.EXTRA_STATE_FILE))
-        _load_scheduler_states(lr_scheduler, extra["lr_scheduler"], local_path)
-        extra_state = extra["extra_state"]
+    if "extra" in files:
+        _set_rng_state(*files["rng"])
+        _load_scheduler_states(lr_scheduler, files["extra"]["lr_scheduler"], local_path)
+        extra_state = files["extra"]["extra_state"]
     _barrier()
     return extra_state
+
+
+def _read_rank_files(local_path: str, coords: layout.RankCoords, sizes: layout.ParallelSizes,
+                     contents: list[str]) -> dict[str, Any]:
+    """This rank's files of ``contents``, read (safetensors / JSON) into memory."""
+    files: dict[str, Any] = {}
+    if "model" in contents:
+        files["model_path"] = layout.model_file(local_path, coords.tp, coords.pp, sizes.pp)
+        files["model"] = layout.read_tensor_file(files["model_path"])
+    if "optimizer" in contents:
+        files["optimizer_path"] = layout.optim_file(local_path, coords)
+        files["optimizer"] = layout.read_tensor_file(files["optimizer_path"])
+    if "extra" in contents:
+        files["rng"] = layout.read_tensor_file(layout.rng_file(local_path, coords))
+        files["extra"] = layout.read_json(os.path.join(local_path, layout.EXTRA_STATE_FILE))
+    return files
+
+
+def _raise_if_any_rank_failed(error: BaseException | None) -> None:
+    """Raise on every rank when one rank failed (its message; this rank's own error where it has one)."""
+    messages: list[str | None] = [f"{type(error).__name__}: {error}" if error is not None else None]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        messages = [None] * dist.get_world_size()
+        dist.all_gather_object(messages, f"{type(error).__name__}: {error}" if error is not None else None)
+    if error is not None:
+        raise error
+    failed = [(rank, message) for rank, message in enumerate(messages) if message is not None]
+    if failed:
+        rank, message = failed[0]
+        raise CheckpointShardError(f"rank {rank} could not load its part of the checkpoint: {message}")
 
 
 def _check_loadable(local_path: str, contents: list[str]) -> tuple[layout.RankCoords, layout.ParallelSizes]:

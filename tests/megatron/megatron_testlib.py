@@ -40,6 +40,14 @@ def run_ranks(fn: Callable[..., dict], world_size: int, out_dir: Path, *args: An
     return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
 
 
+def run_fsdp2_tp1_tp2(fn: Callable[..., dict], out_dir: Path, model_dir: str) -> tuple[dict, dict, list[dict]]:
+    """``fn(rank, model_dir, tp_size, strategy)`` as the FSDP2 worker (1 rank), Megatron TP=1 (1 rank) and Megatron
+    TP=2 (2 ranks); returns ``(fsdp2, tp1, [tp2 rank 0, tp2 rank 1])``."""
+    fsdp = run_ranks(fn, 1, out_dir / "fsdp", model_dir, 1, "fsdp2")[0]
+    tp1 = run_ranks(fn, 1, out_dir / "tp1", model_dir, 1, "megatron")[0]
+    return fsdp, tp1, run_ranks(fn, 2, out_dir / "tp2", model_dir, 2, "megatron")
+
+
 def policy_config(model_dir: str, tp_size: int, *overrides: str, strategy: str = "megatron") -> Any:
     """``actor_rollout_ref`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or,
     for ``strategy="fsdp2"``, ``ppo_trainer``. Weight decay 0 (megatron-core exempts norms and biases from it, FSDP's

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from megatron_testlib import policy_batch, run_ranks
+from megatron_testlib import policy_batch, run_fsdp2_tp1_tp2
 
 VALUE_TOLERANCE = 1e-5
 UPDATED_VALUE_TOLERANCE = 1e-5
@@ -60,14 +60,13 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
         other = dict(worker.config.megatron, tensor_model_parallel_size=3 - tp_size)
         with pytest.raises(ValueError, match="already holds a megatron-core grid"):
             init_megatron_parallel(OmegaConf.create(other), "cpu")
-    return {"before": before, "probe_before": probe_before, "after": after, "skipped": float(metrics["critic/skipped_steps"]),
+    return {"before": before, "probe_before": probe_before, "after": after,
+            "skipped": float(metrics["critic/skipped_steps"]),
             **{key: float(torch.tensor(metrics[key], dtype=torch.float64).mean()) for key in _METRICS}}
 
 
 def test_megatron_critic_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
-    fsdp = run_ranks(_values_update_probe, 1, tmp_path / "fsdp", tiny_gqa_qwen2_dir, 1, "fsdp2")[0]
-    tp1 = run_ranks(_values_update_probe, 1, tmp_path / "tp1", tiny_gqa_qwen2_dir, 1, "megatron")[0]
-    tp2 = run_ranks(_values_update_probe, 2, tmp_path / "tp2", tiny_gqa_qwen2_dir, 2, "megatron")
+    fsdp, tp1, tp2 = run_fsdp2_tp1_tp2(_values_update_probe, tmp_path, tiny_gqa_qwen2_dir)
     mask = policy_batch(seed=1).batch["response_mask"].bool()
     probe_mask = policy_batch(seed=2).batch["response_mask"].bool()
     assert fsdp["before"][mask].abs().max() > 0.01  # the head is not zero: the comparison means something

@@ -3,7 +3,8 @@
 The RM is a real HF folder: the tiny untied Llama saved as ``LlamaForSequenceClassification`` with one label and a
 random ``score`` head (std 0.5, no bias, as HF saves it). Both workers load it as a token-classification model;
 the Megatron one (trunk weights through mbridge, ``use_mbridge=True``) scores packed rows
-(``use_remove_padding=True``, block-diagonal attention), the FSDP2 one padded rows. ``rm_scores`` agree within 1e-5 (fp32) and are non-zero only on each row's last valid response token.
+(``use_remove_padding=True``, block-diagonal attention), the FSDP2 one padded rows. ``rm_scores`` agree within
+1e-5 (fp32) and are non-zero only on each row's last valid response token.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     HF (what the FSDP critic / RM load)            megatron-core (this rank)
     *ForTokenClassification, num_labels=1          GPTModel, output layer untied from the embeddings
-      model.*  (the causal LM's trunk)      ──►      embedding.*, decoder.*  (built-in converter or mbridge, TP shards)
+      model.*  (the causal LM's trunk)      ──►      embedding.*, decoder.*  (built-in converter or mbridge)
       score.weight [1, H], score.bias [1]   ──►      output_layer = ValueHead (replicated over TP)
 
 The head comes from loading the folder exactly as the FSDP workers do

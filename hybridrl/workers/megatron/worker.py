@@ -68,7 +68,9 @@ def refuse_megatron_offload(megatron_config: Any, section: str) -> None:
     (not implemented yet; a reference's section has ``param_offload`` only)."""
     enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
     if enabled:
-        raise NotImplementedError(f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False.")
+        raise NotImplementedError(
+            f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False."
+        )
 
 
 def compute_dtype(device_name: str) -> torch.dtype:

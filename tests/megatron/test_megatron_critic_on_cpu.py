@@ -60,8 +60,11 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
         other = dict(worker.config.megatron, tensor_model_parallel_size=3 - tp_size)
         with pytest.raises(ValueError, match="already holds a megatron-core grid"):
             init_megatron_parallel(OmegaConf.create(other), "cpu")
+        dispatch = {"dp_rank": worker._query_dispatch_info("critic"), "collect": worker._query_collect_info("critic")}
+    else:
+        dispatch = {"dp_rank": 0, "collect": True}
     return {"before": before, "probe_before": probe_before, "after": after,
-            "skipped": float(metrics["critic/skipped_steps"]),
+            "skipped": float(metrics["critic/skipped_steps"]), **dispatch,
             **{key: float(torch.tensor(metrics[key], dtype=torch.float64).mean()) for key in _METRICS}}
 
 
@@ -84,3 +87,5 @@ def test_megatron_critic_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
     assert fsdp["critic/grad_norm"] > 0 and fsdp["critic/vf_clipfrac"] > 0 and fsdp["critic/lr"] == 1e-3
     assert (fsdp["after"] - fsdp["probe_before"])[probe_mask].abs().max() > 1e-3  # the update moved the values
     torch.testing.assert_close(tp2[1]["after"], tp2[0]["after"], rtol=0, atol=0)  # the TP ranks agree
+    # verl's Megatron dispatch on the mesh "critic": one DP rank, the driver keeps TP rank 0's output
+    assert [(rank["dp_rank"], rank["collect"]) for rank in (tp1, *tp2)] == [(0, True), (0, True), (0, False)]

@@ -13,27 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from megatron_testlib import policy_batch, run_fsdp2_tp1_tp2
+from megatron_testlib import critic_config, critic_update_batch, policy_batch, run_fsdp2_tp1_tp2
 
 VALUE_TOLERANCE = 1e-5
 UPDATED_VALUE_TOLERANCE = 1e-5
 _METRICS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr")
-
-
-def critic_config(model_dir: str, tp_size: int, strategy: str):
-    """``critic`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or, for
-    ``strategy="fsdp2"``, ``ppo_trainer``."""
-    from config_testlib import compose_config
-
-    common = [
-        f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
-        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0",
-    ]
-    if strategy == "megatron":
-        return compose_config("ppo_megatron_trainer", [
-            *common, f"critic.megatron.tensor_model_parallel_size={tp_size}"]).critic
-    return compose_config("ppo_trainer", [*common, "critic.model.enable_gradient_checkpointing=False"]).critic
 
 
 def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str) -> dict:
@@ -48,11 +32,7 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
     data = policy_batch(seed=1)
     before = worker.compute_values(data).batch["values"]
     probe_before = worker.compute_values(policy_batch(seed=2)).batch["values"]
-    mask = data.batch["response_mask"]
-    offset = torch.tensor([0.0, 0.3, 0.8, -0.8])[:, None]  # |V − V_old| > cliprange_value (0.5) on rows 2, 3
-    data.batch["values"] = (before + offset) * mask
-    data.batch["returns"] = torch.randn(before.shape, generator=torch.Generator().manual_seed(3)) * mask
-    metrics = worker.update_critic(data).meta_info["metrics"]
+    metrics = worker.update_critic(critic_update_batch(data, before)).meta_info["metrics"]
     after = worker.compute_values(policy_batch(seed=2)).batch["values"]
     if strategy == "megatron":  # one megatron-core grid per process: a colocated worker asking for another is refused
         from hybridrl.workers.megatron.parallel import init_megatron_parallel

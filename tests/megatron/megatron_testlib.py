@@ -104,7 +104,7 @@ def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
 
 
-def critic_config(model_dir: str, tp_size: int, strategy: str):
+def critic_config(model_dir: str, tp_size: int, strategy: str, *overrides: str):
     """``critic`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or, for
     ``strategy="fsdp2"``, ``ppo_trainer``. One mini-batch of 4 in micro-batches of 2, Adam lr 1e-3, weight decay 0
     (megatron-core exempts norms and biases from it, FSDP's AdamW does not)."""
@@ -113,7 +113,7 @@ def critic_config(model_dir: str, tp_size: int, strategy: str):
     common = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}", "data.train_batch_size=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
-        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0",
+        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0", *overrides,
     ]
     if strategy == "megatron":
         return compose_config("ppo_megatron_trainer", [

@@ -1,6 +1,7 @@
 """The Megatron critic worker against the FSDP2 one on the same tiny HF model (2 gloo ranks for TP=2).
 
-Both start from the same weights: the HF trunk and the value head HF initialises when it loads the folder as a
+The TP=2 critic scores and trains on packed rows (``critic.model.use_remove_padding=True``, block-diagonal
+attention), the others on padded rows. Both start from the same weights: the HF trunk and the value head HF initialises when it loads the folder as a
 token-classification model (the folder has no ``score``), so values agree from the start.
 
 Sequence on each: values of a batch → one critic update (1 mini-batch of 4, 2 micro-batches, Adam lr 1e-3, clip
@@ -27,7 +28,8 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
     from hybridrl.workers.megatron.critic_worker import MegatronCriticWorker
 
     worker_class = MegatronCriticWorker if strategy == "megatron" else CriticWorker
-    worker = worker_class(critic_config(model_dir, tp_size, strategy))
+    packed = ["+critic.model.use_remove_padding=True"] if tp_size == 2 else []  # TP=2 also runs the packed rows
+    worker = worker_class(critic_config(model_dir, tp_size, strategy, *packed))
     worker.init_model()
     data = policy_batch(seed=1)
     before = worker.compute_values(data).batch["values"]

@@ -1,6 +1,7 @@
 """The Megatron critic worker against the FSDP2 one on the same tiny HF model (2 gloo ranks for TP=2).
 
-Both start from the same weights: the HF trunk and the value head HF initialises when it loads the folder as a
+The TP=2 critic scores and trains on packed rows (``critic.model.use_remove_padding=True``, block-diagonal
+attention), the others on padded rows. Both start from the same weights: the HF trunk and the value head HF initialises when it loads the folder as a
 token-classification model (the folder has no ``score``), so values agree from the start.
 
 Sequence on each: values of a batch → one critic update (1 mini-batch of 4, 2 micro-batches, Adam lr 1e-3, clip
@@ -13,27 +14,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from megatron_testlib import policy_batch, run_ranks
+from megatron_testlib import critic_config, critic_update_batch, policy_batch, run_fsdp2_tp1_tp2
 
 VALUE_TOLERANCE = 1e-5
 UPDATED_VALUE_TOLERANCE = 1e-5
 _METRICS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr")
-
-
-def critic_config(model_dir: str, tp_size: int, strategy: str):
-    """``critic`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or, for
-    ``strategy="fsdp2"``, ``ppo_trainer``."""
-    from config_testlib import compose_config
-
-    common = [
-        f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
-        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0",
-    ]
-    if strategy == "megatron":
-        return compose_config("ppo_megatron_trainer", [
-            *common, f"critic.megatron.tensor_model_parallel_size={tp_size}"]).critic
-    return compose_config("ppo_trainer", [*common, "critic.model.enable_gradient_checkpointing=False"]).critic
 
 
 def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str) -> dict:
@@ -43,16 +28,13 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
     from hybridrl.workers.megatron.critic_worker import MegatronCriticWorker
 
     worker_class = MegatronCriticWorker if strategy == "megatron" else CriticWorker
-    worker = worker_class(critic_config(model_dir, tp_size, strategy))
+    packed = ["+critic.model.use_remove_padding=True"] if tp_size == 2 else []  # TP=2 also runs the packed rows
+    worker = worker_class(critic_config(model_dir, tp_size, strategy, *packed))
     worker.init_model()
     data = policy_batch(seed=1)
     before = worker.compute_values(data).batch["values"]
     probe_before = worker.compute_values(policy_batch(seed=2)).batch["values"]
-    mask = data.batch["response_mask"]
-    offset = torch.tensor([0.0, 0.3, 0.8, -0.8])[:, None]  # |V − V_old| > cliprange_value (0.5) on rows 2, 3
-    data.batch["values"] = (before + offset) * mask
-    data.batch["returns"] = torch.randn(before.shape, generator=torch.Generator().manual_seed(3)) * mask
-    metrics = worker.update_critic(data).meta_info["metrics"]
+    metrics = worker.update_critic(critic_update_batch(data, before)).meta_info["metrics"]
     after = worker.compute_values(policy_batch(seed=2)).batch["values"]
     if strategy == "megatron":  # one megatron-core grid per process: a colocated worker asking for another is refused
         from hybridrl.workers.megatron.parallel import init_megatron_parallel
@@ -60,14 +42,16 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
         other = dict(worker.config.megatron, tensor_model_parallel_size=3 - tp_size)
         with pytest.raises(ValueError, match="already holds a megatron-core grid"):
             init_megatron_parallel(OmegaConf.create(other), "cpu")
-    return {"before": before, "probe_before": probe_before, "after": after, "skipped": float(metrics["critic/skipped_steps"]),
+        dispatch = {"dp_rank": worker._query_dispatch_info("critic"), "collect": worker._query_collect_info("critic")}
+    else:
+        dispatch = {"dp_rank": 0, "collect": True}
+    return {"before": before, "probe_before": probe_before, "after": after,
+            "skipped": float(metrics["critic/skipped_steps"]), **dispatch,
             **{key: float(torch.tensor(metrics[key], dtype=torch.float64).mean()) for key in _METRICS}}
 
 
 def test_megatron_critic_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
-    fsdp = run_ranks(_values_update_probe, 1, tmp_path / "fsdp", tiny_gqa_qwen2_dir, 1, "fsdp2")[0]
-    tp1 = run_ranks(_values_update_probe, 1, tmp_path / "tp1", tiny_gqa_qwen2_dir, 1, "megatron")[0]
-    tp2 = run_ranks(_values_update_probe, 2, tmp_path / "tp2", tiny_gqa_qwen2_dir, 2, "megatron")
+    fsdp, tp1, tp2 = run_fsdp2_tp1_tp2(_values_update_probe, tmp_path, tiny_gqa_qwen2_dir)
     mask = policy_batch(seed=1).batch["response_mask"].bool()
     probe_mask = policy_batch(seed=2).batch["response_mask"].bool()
     assert fsdp["before"][mask].abs().max() > 0.01  # the head is not zero: the comparison means something
@@ -85,3 +69,5 @@ def test_megatron_critic_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
     assert fsdp["critic/grad_norm"] > 0 and fsdp["critic/vf_clipfrac"] > 0 and fsdp["critic/lr"] == 1e-3
     assert (fsdp["after"] - fsdp["probe_before"])[probe_mask].abs().max() > 1e-3  # the update moved the values
     torch.testing.assert_close(tp2[1]["after"], tp2[0]["after"], rtol=0, atol=0)  # the TP ranks agree
+    # verl's Megatron dispatch on the mesh "critic": one DP rank, the driver keeps TP rank 0's output
+    assert [(rank["dp_rank"], rank["collect"]) for rank in (tp1, *tp2)] == [(0, True), (0, True), (0, False)]

@@ -3,7 +3,9 @@
 The RM is a real HF folder: the tiny untied Llama saved as ``LlamaForSequenceClassification`` with one label and a
 random ``score`` head (std 0.5, no bias, as HF saves it). Both workers load it as a token-classification model;
 the Megatron one (trunk weights through mbridge, ``use_mbridge=True``) scores packed rows
-(``use_remove_padding=True``, block-diagonal attention), the FSDP2 one padded rows. ``rm_scores`` agree within 1e-5 (fp32) and are non-zero only on each row's last valid response token.
+(``use_remove_padding=True``, block-diagonal attention), the FSDP2 one padded rows. ``rm_scores`` agree within
+1e-5 (fp32) and are non-zero only on each row's last valid response token; exported back to HF (gathered over TP),
+the Megatron RM's tensors equal the folder's, bit for bit, plus HF's zero ``score.bias``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,13 @@ def _rm_scores(rank: int, model_dir: str, tp_size: int, strategy: str) -> dict:
     worker = worker_class(rm_config(model_dir, tp_size, strategy))
     worker.init_model()
     scores = worker.compute_rm_score(policy_batch(seed=1)).batch["rm_scores"]
-    return {"scores": scores, "mbridge": float(strategy == "megatron" and worker.reward_model.bridge is not None)}
+    if strategy != "megatron":
+        return {"scores": scores}
+    from hybridrl.workers.megatron.value_model import export_value_model_hf_weights
+
+    exported = {name: tensor.clone() for name, tensor in export_value_model_hf_weights(worker.reward_model)}
+    return {"scores": scores, "mbridge": float(worker.reward_model.bridge is not None), **{
+        f"hf::{name}": tensor for name, tensor in exported.items()}}
 
 
 def test_megatron_rm_tp2_equals_fsdp2(tmp_path, tiny_rm_dir):
@@ -66,8 +74,14 @@ def test_megatron_rm_tp2_equals_fsdp2(tmp_path, tiny_rm_dir):
     fsdp_elsewhere = fsdp.clone()
     fsdp_elsewhere[rows, last] = 0
     assert (fsdp_elsewhere == 0).all()  # ... and zeros elsewhere
+    from safetensors.torch import load_file
+
+    saved = load_file(f"{tiny_rm_dir}/model.safetensors")  # model.* and score.weight (no bias)
     for rank in tp2:
         assert rank["mbridge"] == 1.0  # the trunk came through mbridge (the critic test uses the built-in converter)
+        exported = {name[4:]: tensor for name, tensor in rank.items() if name.startswith("hf::")}
+        assert sorted(exported) == sorted([*saved, "score.bias"])  # exported back in the token-classification layout
+        assert all(torch.equal(exported[name], saved[name]) for name in saved) and not exported["score.bias"].any()
         diff = (rank["scores"] - fsdp).abs().max().item()
         print(f"rm_scores diff vs FSDP2 (TP=2, packed rows): {diff:.2e}")
         assert diff < SCORE_TOLERANCE

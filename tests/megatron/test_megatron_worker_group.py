@@ -7,7 +7,6 @@ The driver sends the whole batch to both TP ranks and keeps TP rank 0's output (
 from __future__ import annotations
 
 import pytest
-import torch
 from megatron_testlib import hf_response_log_probs, policy_batch, policy_config
 
 pytestmark = pytest.mark.slow

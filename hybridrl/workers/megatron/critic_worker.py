@@ -12,7 +12,8 @@ only the model differs: a megatron-core value model (:mod:`hybridrl.workers.mega
 Dispatch (verl 0.5's Megatron workers): the model-parallel groups are made in the constructor and each rank
 registers its DP rank on the mesh ``"critic"``; ``compute_values`` and ``update_critic`` split the batch over DP
 ranks, give every rank of a TP group the same slice and collect from TP rank 0. Per-rank batch sizes count DP
-ranks (``world / (TP × PP × CP)``). Not implemented yet (they raise): PP/CP > 1, megatron offload, checkpoints.
+ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint` (verl's per-rank
+layout). Not implemented yet (they raise): PP/CP > 1, megatron offload.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hybridrl.workers.megatron.actor import MegatronOptimizerHandle
 from hybridrl.workers.megatron.critic import MegatronPPOCritic
 from hybridrl.workers.megatron.engine import build_megatron_lr_scheduler, build_megatron_optimizer
 from hybridrl.workers.megatron.parallel import init_megatron_parallel
-from hybridrl.workers.megatron.value_model import build_value_model
+from hybridrl.workers.megatron.value_model import build_value_model, export_value_model_hf_weights
 from hybridrl.workers.megatron.worker import data_parallel_size
 
 __all__ = ["MegatronCriticWorker"]
@@ -92,15 +93,40 @@ class MegatronCriticWorker(CriticWorker):
         """One value-loss update on this DP slice; ``meta_info["metrics"]`` (the FSDP worker's)."""
         return super().update_critic(data)
 
-    # ------------------------------------------------------------------ checkpoints (not implemented yet)
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_contents(self, key: str) -> list[str]:
+        from hybridrl.workers.engine.checkpoint import checkpoint_contents
+
+        return checkpoint_contents(self.config.checkpoint, key)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
                         max_ckpt_to_keep: int | None = None) -> None:
-        raise NotImplementedError("critic.strategy=megatron: critic checkpoints are not implemented yet (issue 20); "
-                                  "run without trainer.save_freq / resume, or use critic.strategy=fsdp2.")
+        """Save the critic (TP shards, optimizer, LR scheduler, RNG; ``hf_model``: a token-classification HF copy) in
+        verl's per-rank Megatron layout under ``local_path`` (:mod:`hybridrl.workers.megatron.checkpoint`); refused
+        (DivergenceError) after a non-finite step, as the FSDP critic's."""
+        from hybridrl.workers.megatron.checkpoint import save_megatron_checkpoint
+
+        if hdfs_path is not None:
+            raise NotImplementedError("hdfs_path is not supported; checkpoints are written to local_path only.")
+        self.critic.divergence_guard.check_savable(self.critic_module)
+        optimizer = self.critic_optimizer.optimizer
+        save_megatron_checkpoint(local_path, self.critic_model, optimizer, self.critic_lr_scheduler,
+                                 save_contents=self._checkpoint_contents("save_contents"), tokenizer=self.tokenizer,
+                                 global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep,
+                                 hf_weights=export_value_model_hf_weights)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True) -> None:
-        raise NotImplementedError("critic.strategy=megatron: critic checkpoints are not implemented yet (issue 20); "
-                                  "run without trainer.save_freq / resume, or use critic.strategy=fsdp2.")
+        """Restore the critic from ``local_path`` (None: no-op). ``del_local_after_load`` is accepted for verl's
+        signature and ignored (the folder is kept)."""
+        from hybridrl.workers.megatron.checkpoint import load_megatron_checkpoint
+
+        if local_path is None:
+            return
+        if hdfs_path is not None:
+            raise NotImplementedError("hdfs_path is not supported; pass a local checkpoint folder.")
+        optimizer = self.critic_optimizer.optimizer
+        load_megatron_checkpoint(local_path, self.critic_model, optimizer, self.critic_lr_scheduler,
+                                 load_contents=self._checkpoint_contents("load_contents"))

@@ -171,9 +171,10 @@ class MegatronCausalLM(nn.Module):
 
 
 class MegatronValueModel(MegatronCausalLM):
-    """The HF token-classification view (``num_labels=1``) of a value ``GPTModel`` (``build_gpt_model(value_head=True)``):
-    ``module(input_ids, attention_mask, position_ids).logits`` is ``[B, S, 1]``, a value per position. The
-    :class:`ValueHead` is replicated over TP, so every TP rank already holds the full output."""
+    """The HF token-classification view (``num_labels=1``) of a value ``GPTModel``
+    (``build_gpt_model(value_head=True)``): ``module(input_ids, attention_mask, position_ids).logits`` is
+    ``[B, S, 1]``, a value per position. The :class:`ValueHead` is replicated over TP, so every TP rank already
+    holds the full output."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__(module, vocab_size=1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["MegatronRankInfo", "init_megatron_parallel", "rank_info"]
+__all__ = ["MegatronRankInfo", "init_megatron_parallel", "megatron_grid_exists", "rank_info"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,13 @@ def init_megatron_parallel(megatron_config: Any, device_name: str) -> MegatronRa
         _check_same_grid(megatron_config)
     tensor_parallel.model_parallel_cuda_manual_seed(int(megatron_config.seed))
     return rank_info()
+
+
+def megatron_grid_exists() -> bool:
+    """Whether this process already holds megatron-core's parallel groups (made by a colocated worker)."""
+    from megatron.core import parallel_state
+
+    return parallel_state.model_parallel_is_initialized()
 
 
 def _check_same_grid(megatron_config: Any) -> None:

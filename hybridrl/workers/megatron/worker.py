@@ -34,7 +34,7 @@ from hybridrl.workers.megatron.engine import (
     build_megatron_optimizer,
     export_hf_weights,
 )
-from hybridrl.workers.megatron.parallel import init_megatron_parallel
+from hybridrl.workers.megatron.parallel import init_megatron_parallel, megatron_grid_exists
 
 __all__ = ["MegatronActorRolloutRefWorker", "compute_dtype", "data_parallel_size", "model_parallel_size",
            "refuse_megatron_offload"]
@@ -69,7 +69,9 @@ def refuse_megatron_offload(megatron_config: Any, section: str) -> None:
     (not implemented yet; a reference's section has ``param_offload`` only)."""
     enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
     if enabled:
-        raise NotImplementedError(f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False.")
+        raise NotImplementedError(
+            f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False."
+        )
 
 
 def compute_dtype(device_name: str) -> torch.dtype:
@@ -84,11 +86,15 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     def __init__(self, config: Any, role: str, plan: PolicyWorkerPlan | None = None) -> None:
         super().__init__(config, role, plan)
+        # a reference-only worker colocated with the actor's (the trainer's RefPolicy on the actor's pool) runs on the
+        # grid the actor's worker made in this process, as in verl 0.5; alone it has its own ref.megatron layout
+        self._on_actor_layout = self._is_actor or self._is_rollout or megatron_grid_exists()
         rank = init_megatron_parallel(self._megatron_section(), self._device_name)
         self._register_dispatch_collect_info(MESH, dp_rank=rank.dp_rank, is_collect=rank.is_collect_rank)
 
     def _megatron_section(self) -> Any:
-        return self.config.actor.megatron if self._is_actor or self._is_rollout else self.config.ref.megatron
+        on_actor_layout = getattr(self, "_on_actor_layout", self._is_actor or self._is_rollout)
+        return self.config.actor.megatron if on_actor_layout else self.config.ref.megatron
 
     def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
         """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch). The batch plan
@@ -135,7 +141,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
         megatron_config = ref_config.megatron
-        if self._is_actor or self._is_rollout:  # verl: a reference in the actor's worker uses the actor's layout
+        if self._on_actor_layout:  # verl: a reference in (or next to) the actor's worker uses the actor's layout
             layout = {key: self.config.actor.megatron[key] for key in _PARALLEL_KEYS}
             megatron_config = OmegaConf.merge(megatron_config, layout)
         ref_model = self._build_model(megatron_config, trainable=False)

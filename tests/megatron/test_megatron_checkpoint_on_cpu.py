@@ -63,12 +63,31 @@ def _refusal_message(worker, path: str) -> str:
     return "loaded"
 
 
-def _refuse_then_resume(rank: int, model_dir: str, ckpt: str, bad: dict[str, str]) -> dict:
-    worker = _worker(model_dir, 2)
+def _refuse_then_resume(rank: int, model_dir: str, ckpt: str, tp_size: int, bad: dict[str, str]) -> dict:
+    """Refusals (no state change), then a model-only load + update (the control), then the full resume + update."""
+    from hybridrl.workers.megatron.checkpoint import load_megatron_checkpoint
+
+    worker = _worker(model_dir, tp_size)
     refusals = {kind: _refusal_message(worker, path) for kind, path in bad.items()}
+    probe = policy_batch(seed=2)
+    load_megatron_checkpoint(ckpt, worker.actor_model, worker.actor_optimizer.optimizer, worker.actor_lr_scheduler,
+                             load_contents=["model"])  # fresh Adam moments, LR schedule at step 0
+    _update(worker, seed=3)
+    model_only = worker.compute_log_prob(probe).batch["old_log_probs"]
     worker.load_checkpoint(ckpt)
     _update(worker, seed=3)
-    return {"l2": worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"], **refusals}
+    return {"l2": worker.compute_log_prob(probe).batch["old_log_probs"], "model_only": model_only, **refusals}
+
+
+def _assert_exact_resume(saved: list[dict], resumed: list[dict]) -> None:
+    mask = policy_batch(seed=2).batch["response_mask"].bool()
+    for rank, (before, after) in enumerate(zip(saved, resumed)):
+        diff = (after["l2"] - before["l2"])[mask].abs().max().item()
+        control = (after["model_only"] - before["l2"])[mask].abs().max().item()
+        print(f"rank {rank}: log-probs after update 2, resumed vs uninterrupted: max diff {diff:.1e} "
+              f"(model-only load: {control:.1e})")
+        assert diff <= RESUME_TOLERANCE
+        assert control > 1e-4  # the optimizer and LR-schedule state matter: without them update 2 differs
 
 
 class _Payload:
@@ -110,17 +129,24 @@ def test_tp2_resume_is_exact_and_bad_folders_are_refused(tp2_run, tiny_gqa_qwen2
                                         "transformer_config.json"]
     assert sorted(os.listdir(ckpt / "model")) == ["mp_rank_00", "mp_rank_01"]
     bad = _bad_copies(ckpt, root / "bad")
-    resumed = run_ranks(_refuse_then_resume, 2, root / "load", tiny_gqa_qwen2_dir, str(ckpt), bad)
+    resumed = run_ranks(_refuse_then_resume, 2, root / "load", tiny_gqa_qwen2_dir, str(ckpt), 2, bad)
+    _assert_exact_resume(saved, resumed)
     for rank in (0, 1):
-        diff = (resumed[rank]["l2"] - saved[rank]["l2"]).abs().max().item()
-        print(f"rank {rank}: resumed vs uninterrupted log-probs after update 2: max diff {diff:.1e}")
-        assert diff <= RESUME_TOLERANCE
         assert resumed[rank]["missing"].startswith("FileNotFoundError")
         assert "model/mp_rank_01/model.safetensors is missing" in resumed[rank]["missing"]
-        assert resumed[rank]["pickle"].startswith("CheckpointShardError")
+        assert resumed[rank]["pickle"].startswith("CheckpointShardError")  # rank 0 reports rank 1's error
         assert "model/mp_rank_01/model.safetensors" in resumed[rank]["pickle"]
         assert "no checkpoint_complete.json" in resumed[rank]["unmarked"]
     assert not (root / "bad" / "UNPICKLED").exists()
+
+
+def test_dp2_distributed_optimizer_resume_is_exact(tmp_path, tiny_gqa_qwen2_dir):
+    """TP=1 on 2 ranks: DP=2, each rank's distributed-optimizer shard in its own file."""
+    ckpt = tmp_path / "ckpt" / "global_step_1" / "actor"
+    saved = run_ranks(_train_save_train, 2, tmp_path / "save", tiny_gqa_qwen2_dir, str(ckpt), 1)
+    assert sorted(os.listdir(ckpt / "optim")) == [f"distrib_optim_pp0_tp0_cp0_dp{d}.safetensors" for d in (0, 1)]
+    assert os.listdir(ckpt / "model") == ["mp_rank_00"]
+    _assert_exact_resume(saved, run_ranks(_refuse_then_resume, 2, tmp_path / "load", tiny_gqa_qwen2_dir, str(ckpt), 1, {}))
 
 
 def _hf_logits(hf_dir: str) -> torch.Tensor:

@@ -152,7 +152,7 @@ def test_dp2_distributed_optimizer_resume_is_exact(tmp_path, tiny_gqa_qwen2_dir)
 def _hf_logits(hf_dir: str) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
     input_ids = torch.randint(5, 500, (2, 9), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         return model(input_ids=input_ids).logits
@@ -201,6 +201,8 @@ def _merge_error(*args: str) -> str:
 
 
 def test_merger_errors_name_the_problem(tp2_run, tmp_path, capsys):
+    from hybridrl.utils.checkpoint import is_checkpoint_complete
+
     _root, ckpt, _saved = tp2_run
     bad = _bad_copies(ckpt, tmp_path / "bad")
     out = str(tmp_path / "out")
@@ -215,6 +217,10 @@ def test_merger_errors_name_the_problem(tp2_run, tmp_path, capsys):
     assert poisoned.startswith("CheckpointShardError") and "model/mp_rank_01/model.safetensors" in poisoned
     assert not (tmp_path / "bad" / "UNPICKLED").exists()
     assert "no checkpoint_complete.json" in _merge_error(*megatron, "--local_dir", bad["unmarked"])
+    # the trainer's resume skips a step folder whose Megatron actor is unmarked, even beside a complete critic
+    step_dir = Path(bad["unmarked"]).parent
+    shutil.copytree(ckpt, step_dir / "critic")
+    assert is_checkpoint_complete(str(step_dir / "critic")) and not is_checkpoint_complete(str(step_dir))
     assert _merge_error("--backend", "megatron", "--local_dir", str(ckpt)).startswith("SystemExit")
     assert "merge needs --target_dir" in capsys.readouterr().err
     assert not os.path.exists(out)

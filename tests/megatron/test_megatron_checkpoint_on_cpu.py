@@ -24,10 +24,11 @@ _CONTENTS = "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,e
 _SCHEDULE = ("actor_rollout_ref.actor.optim.lr_warmup_steps=4", "actor_rollout_ref.actor.optim.lr_warmup_init=1e-4")
 
 
-def _worker(model_dir: str, tp_size: int):
+def _worker(model_dir: str, tp_size: int, *overrides: str):
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    worker = MegatronActorRolloutRefWorker(policy_config(model_dir, tp_size, _CONTENTS, *_SCHEDULE), role="actor")
+    config = policy_config(model_dir, tp_size, _CONTENTS, *_SCHEDULE, *overrides)
+    worker = MegatronActorRolloutRefWorker(config, role="actor")
     worker.init_model()
     return worker
 
@@ -176,17 +177,18 @@ def test_tp2_merged_folder_reproduces_megatron_logits(tp2_run, tmp_path):
 
 
 def _train_save(rank: int, model_dir: str, ckpt: str) -> dict:
-    worker = _worker(model_dir, 1)
+    worker = _worker(model_dir, 1, "actor_rollout_ref.actor.megatron.use_mbridge=True")
     _update(worker, seed=1)
     worker.save_checkpoint(ckpt, global_step=1)
     return {"logits": _probe_logits(worker)}
 
 
-def test_tp1_untied_llama_merged_folder_reproduces_megatron_logits(tmp_path, tiny_gqa_llama_dir):
+def test_tp1_untied_llama_mbridge_merged_folder_reproduces_megatron_logits(tmp_path, tiny_gqa_llama_dir):
+    """TP=1, weights in and out through mbridge (hf_model), merged with the built-in converter: both agree."""
     ckpt = tmp_path / "ckpt" / "global_step_1" / "actor"
     saved = run_ranks(_train_save, 1, tmp_path / "save", tiny_gqa_llama_dir, str(ckpt))[0]
     diff = _merge_and_compare(ckpt, tmp_path / "hf", saved["logits"])
-    print(f"merged HF vs Megatron TP=1 logits (untied Llama): max diff {diff:.1e}")
+    print(f"merged HF vs Megatron TP=1 logits (untied Llama, mbridge): max diff {diff:.1e}")
     assert diff < MERGED_LOGITS_TOLERANCE
 
 

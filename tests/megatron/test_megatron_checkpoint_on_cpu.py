@@ -176,17 +176,20 @@ def test_tp2_merged_folder_reproduces_megatron_logits(tp2_run, tmp_path):
     assert diff < MERGED_LOGITS_TOLERANCE
 
 
-def _train_save(rank: int, model_dir: str, ckpt: str) -> dict:
+def _train_save(rank: int, model_dir: str, root: str) -> dict:
+    """Update, save step 1, save step 2 with ``max_ckpt_to_keep=1`` (step 1 is rotated away)."""
     worker = _worker(model_dir, 1, "actor_rollout_ref.actor.megatron.use_mbridge=True")
     _update(worker, seed=1)
-    worker.save_checkpoint(ckpt, global_step=1)
+    for step in (1, 2):
+        worker.save_checkpoint(f"{root}/global_step_{step}/actor", global_step=step, max_ckpt_to_keep=1)
     return {"logits": _probe_logits(worker)}
 
 
 def test_tp1_untied_llama_mbridge_merged_folder_reproduces_megatron_logits(tmp_path, tiny_gqa_llama_dir):
     """TP=1, weights in and out through mbridge (hf_model), merged with the built-in converter: both agree."""
-    ckpt = tmp_path / "ckpt" / "global_step_1" / "actor"
-    saved = run_ranks(_train_save, 1, tmp_path / "save", tiny_gqa_llama_dir, str(ckpt))[0]
+    saved = run_ranks(_train_save, 1, tmp_path / "save", tiny_gqa_llama_dir, str(tmp_path / "ckpt"))[0]
+    assert os.listdir(tmp_path / "ckpt") == ["global_step_2"]
+    ckpt = tmp_path / "ckpt" / "global_step_2" / "actor"
     diff = _merge_and_compare(ckpt, tmp_path / "hf", saved["logits"])
     print(f"merged HF vs Megatron TP=1 logits (untied Llama, mbridge): max diff {diff:.1e}")
     assert diff < MERGED_LOGITS_TOLERANCE

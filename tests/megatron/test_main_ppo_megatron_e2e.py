@@ -5,7 +5,8 @@ the tiny GQA Qwen2 (4 query / 2 KV heads), 2 steps:
 
     GRPO   TP=2 (one data-parallel rank: both TP ranks get the same slice), the reference inside the policy worker;
            a checkpoint per step, resume from step 1 (step 2 reproduced), model_merger --backend megatron
-    PPO    TP=1, DP=2, with the Megatron critic (critic.strategy=megatron) colocated with the actor
+    PPO    TP=1, DP=2, with the Megatron critic (critic.strategy=megatron) colocated with the actor; checkpoint of
+           both at step 2
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def _assert_trained_hf_folder(initial_dir: str, merged_dir: str) -> None:
 
 def test_ppo_megatron_critic_dp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path):  # noqa: F811
     ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    ppo = {**ppo_overrides(tiny_gqa_qwen2_dir), "trainer.test_freq": -1, "trainer.val_before_train": False}
+    ppo = {**ppo_overrides(tiny_gqa_qwen2_dir), "trainer.test_freq": -1, "trainer.val_before_train": False,
+           "trainer.save_freq": 2}
     args = megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, ckpt, tp_size=1, **ppo)
     proc = run_main_ppo(args, metrics_file)
     assert proc.returncode == 0, failure_report(proc)
@@ -122,3 +124,6 @@ def test_ppo_megatron_critic_dp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_
     # KL in the reward: at step 1 the actor is still the reference (the same weights on the same layout), at step 2
     # step 1's update has moved it
     assert abs(metrics[1]["actor/reward_kl_penalty"]) < 1e-6 < abs(metrics[2]["actor/reward_kl_penalty"])
+    for role in ("actor", "critic"):  # both Megatron roles wrote a complete per-rank checkpoint at step 2
+        folder = tmp_path / "ckpt" / "global_step_2" / role
+        assert (folder / "megatron_checkpoint.json").is_file() and (folder / "checkpoint_complete.json").is_file()

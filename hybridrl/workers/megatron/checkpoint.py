@@ -115,7 +115,7 @@ def _model_state(model: MegatronModel) -> tuple[dict[str, torch.Tensor], dict[st
     from megatron.core import parallel_state as ps
 
     tensors = {name: value for name, value in model.gpt.state_dict().items() if isinstance(value, torch.Tensor)}
-    sharded = {name: int(param.partition_dim)  # type: ignore[attr-defined]  (megatron-core's TP attribute)
+    sharded = {name: int(param.partition_dim)  # type: ignore[attr-defined]
                for name, param in model.gpt.named_parameters() if getattr(param, "tensor_model_parallel", False)}
     meta = {"tensor_parallel_partition_dim": sharded, "tp_size": ps.get_tensor_model_parallel_world_size(),
             "vocab_size": int(model.hf_config.vocab_size)}

@@ -115,8 +115,8 @@ def _model_state(model: MegatronModel) -> tuple[dict[str, torch.Tensor], dict[st
     from megatron.core import parallel_state as ps
 
     tensors = {name: value for name, value in model.gpt.state_dict().items() if isinstance(value, torch.Tensor)}
-    sharded = {name: int(param.partition_dim) for name, param in model.gpt.named_parameters()
-               if getattr(param, "tensor_model_parallel", False)}
+    sharded = {name: int(param.partition_dim)  # type: ignore[attr-defined]
+               for name, param in model.gpt.named_parameters() if getattr(param, "tensor_model_parallel", False)}
     meta = {"tensor_parallel_partition_dim": sharded, "tp_size": ps.get_tensor_model_parallel_world_size(),
             "vocab_size": int(model.hf_config.vocab_size)}
     return tensors, meta
@@ -223,7 +223,8 @@ def load_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
         if optimizer is not None and "optimizer" not in files:
             optimizer.reload_model_params()  # the optimizer's fp32 main parameters follow the loaded weights
     if "optimizer" in files:
-        load_optimizer_state(optimizer, model.gpt, *files["optimizer"], source=files["optimizer_path"])
+        tensors, meta = files["optimizer"]
+        load_optimizer_state(optimizer, model.gpt, tensors, meta, source=files["optimizer_path"])
     extra_state: dict[str, Any] = {}
     if "extra" in files:
         _set_rng_state(*files["rng"])

@@ -183,6 +183,10 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     # ------------------------------------------------------------------ checkpoints
 
+    def _megatron_optimizer(self) -> Any:
+        """megatron-core's optimizer inside the actor's :class:`MegatronOptimizerHandle` (None: no actor role)."""
+        return getattr(self.actor_optimizer, "optimizer", None) if self._is_actor else None
+
     def _checkpoint_contents(self, key: str) -> list[str]:
         from hybridrl.workers.engine.checkpoint import checkpoint_contents
 
@@ -198,10 +202,9 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
         if hdfs_path is not None:
             raise NotImplementedError("hdfs_path is not supported; checkpoints are written to local_path only.")
-        if self._is_actor:
+        if self._is_actor and self.actor.divergence_guard is not None:
             self.actor.divergence_guard.check_savable(self.actor_module)
-        optimizer = self.actor_optimizer.optimizer if self._is_actor else None
-        save_megatron_checkpoint(local_path, self.actor_model, optimizer, self.actor_lr_scheduler,
+        save_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
                                  save_contents=self._checkpoint_contents("save_contents"),
                                  tokenizer=self.tokenizer, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep)
 
@@ -217,8 +220,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             return
         if hdfs_path is not None:
             raise NotImplementedError("hdfs_path is not supported; pass a local checkpoint folder.")
-        optimizer = self.actor_optimizer.optimizer if self._is_actor else None
-        load_megatron_checkpoint(local_path, self.actor_model, optimizer, self.actor_lr_scheduler,
+        load_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
                                  load_contents=self._checkpoint_contents("load_contents"))
         if self.rollout is not None:
             self.rollout.mark_weights_stale()

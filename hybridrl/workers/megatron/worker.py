@@ -11,7 +11,8 @@ registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_r
 ``update_actor`` split the batch over DP ranks, give every rank of a TP group the same slice and collect from
 TP rank 0 (``make_nd_compute_dataproto_dispatch_fn``). ``generate_sequences`` keeps the FSDP worker's
 ``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
-(``world / (TP × PP × CP)``). Not implemented yet (they raise): PP/CP > 1, megatron offload, checkpoints.
+(``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not implemented yet
+(they raise): PP/CP > 1, megatron offload.
 """
 
 from __future__ import annotations
@@ -178,15 +179,46 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
         return contextlib.nullcontext()
 
-    # ------------------------------------------------------------------ checkpoints (not implemented yet)
+    # ------------------------------------------------------------------ checkpoints
+
+    def _megatron_optimizer(self) -> Any:
+        """megatron-core's optimizer inside the actor's :class:`MegatronOptimizerHandle` (None: no actor role)."""
+        return getattr(self.actor_optimizer, "optimizer", None) if self._is_actor else None
+
+    def _checkpoint_contents(self, key: str) -> list[str]:
+        from hybridrl.workers.engine.checkpoint import checkpoint_contents
+
+        return checkpoint_contents(self.config.actor.checkpoint, key)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
                         max_ckpt_to_keep: int | None = None) -> None:
-        raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
+        """Save the actor (TP/PP shards, optimizer, LR scheduler, RNG) in verl's per-rank Megatron layout under
+        ``local_path`` (:mod:`hybridrl.workers.megatron.checkpoint`); refused (DivergenceError) after a non-finite
+        step, as the FSDP worker's."""
+        from hybridrl.workers.megatron.checkpoint import save_megatron_checkpoint
+
+        if hdfs_path is not None:
+            raise NotImplementedError("hdfs_path is not supported; checkpoints are written to local_path only.")
+        if self._is_actor and self.actor.divergence_guard is not None:
+            self.actor.divergence_guard.check_savable(self.actor_module)
+        save_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
+                                 save_contents=self._checkpoint_contents("save_contents"),
+                                 tokenizer=self.tokenizer, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(
         self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
     ) -> None:
-        raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
+        """Restore the actor from ``local_path`` (None: no-op); the rollout re-syncs before the next generation.
+        ``del_local_after_load`` is accepted for verl's signature and ignored (the folder is kept)."""
+        from hybridrl.workers.megatron.checkpoint import load_megatron_checkpoint
+
+        if local_path is None:
+            return
+        if hdfs_path is not None:
+            raise NotImplementedError("hdfs_path is not supported; pass a local checkpoint folder.")
+        load_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
+                                 load_contents=self._checkpoint_contents("load_contents"))
+        if self.rollout is not None:
+            self.rollout.mark_weights_stale()

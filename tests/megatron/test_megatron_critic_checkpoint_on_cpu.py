@@ -4,7 +4,7 @@ ranks, the tied tiny Qwen2.
 A critic updates once and saves (model, optimizer, extra, hf_model); a fresh critic in the same processes loads the
 folder. Both then agree bit for bit (fp32, same kernels in the same order) on the values of a probe batch, and
 again after one more update of each: the Adam moments and the LR scheduler's position (warmup from 1e-4 over 4
-steps) were restored, not only the weights. The ``huggingface/`` copy is a token-classification model whose values
+steps) were restored, not only the weights: a weights-only load (the control) then the same update differs. The ``huggingface/`` copy is a token-classification model whose values
 equal the saved critic's (HF eager attention; tolerance 1e-5).
 """
 
@@ -31,15 +31,20 @@ def _values(worker, seed: int) -> torch.Tensor:
 
 
 def _save_load_update(rank: int, model_dir: str, ckpt: str) -> dict:
+    from hybridrl.workers.megatron.checkpoint import load_megatron_checkpoint
+
     trained = _critic(model_dir)
     trained.update_critic(critic_update_batch(policy_batch(seed=1), _values(trained, 1)))
     trained.save_checkpoint(ckpt, global_step=1)
     resumed = _critic(model_dir)
     fresh = _values(resumed, 2)
     resumed.load_checkpoint(ckpt)
-    old_values = _values(trained, 3)  # the old values of the second update, the same for both
+    control = _critic(model_dir)  # weights only: fresh Adam moments, LR schedule at step 0
+    load_megatron_checkpoint(ckpt, control.critic_model, control.critic_optimizer.optimizer,
+                             control.critic_lr_scheduler, load_contents=["model"])
+    old_values = _values(trained, 3)  # the old values of the second update, the same for all
     result = {"fresh": fresh}
-    for name, worker in (("trained", trained), ("resumed", resumed)):
+    for name, worker in (("trained", trained), ("resumed", resumed), ("control", control)):
         result[f"{name}_saved"] = _values(worker, 2)
         metrics = worker.update_critic(critic_update_batch(policy_batch(seed=3), old_values)).meta_info["metrics"]
         result[f"{name}_lr"] = float(metrics["critic/lr"])
@@ -70,6 +75,9 @@ def test_megatron_critic_resumes_exactly(tmp_path, tiny_gqa_qwen2_dir):
         # warmup 1e-4 → 1e-3 over 4 steps: the second optimizer step runs at 1e-4 + (1e-3 − 1e-4) · 1/4
         assert result["trained_lr"] == result["resumed_lr"] and abs(result["trained_lr"] - 3.25e-4) < 1e-12
         torch.testing.assert_close(result["resumed_after"], result["trained_after"], rtol=0, atol=0)
+        control = (result["control_after"] - result["trained_after"]).abs().max().item()
+        print(f"critic checkpoint: a weights-only load then the same update differs by {control:.2e}")
+        assert torch.equal(result["control_saved"], result["trained_saved"]) and control > 1e-5
     hf_diff = (_hf_copy_values(str(ckpt / "huggingface")) - ranks[0]["trained_saved"]).abs().max().item()
     print(f"critic checkpoint: HF copy values vs the saved critic {hf_diff:.2e}")
     assert hf_diff < HF_COPY_TOLERANCE

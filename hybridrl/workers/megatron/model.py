@@ -223,11 +223,16 @@ def load_hf_value_head(model_config: Any) -> tuple[dict[str, torch.Tensor], Any]
     a saved critic; a sequence-classification head without bias gets HF's zero bias), else HF's fresh initialisation,
     so a Megatron critic starts from the very head an FSDP critic would. Costs one HF load of the model per rank.
     """
+    from omegaconf import OmegaConf
+
     from hybridrl.workers.engine.model_loader import load_hf_model
 
+    # plain containers: the HF config keeps them (critic.model.override_config.moe_config) and saves them as JSON
+    override = OmegaConf.to_container(OmegaConf.create(model_config.get("override_config") or {}), resolve=True)
     module, hf_config = load_hf_model(model_config.path, kind="token_classification", torch_dtype=torch.float32,
-                                      override_config=dict(model_config.get("override_config") or {}),
+                                      override_config=override,
                                       trust_remote_code=bool(model_config.trust_remote_code))
+    hf_config.architectures = [type(module).__name__]  # an HF copy of the value model is a token classifier
     score = module.score
     return {"weight": score.weight.detach().clone(), "bias": score.bias.detach().clone()}, hf_config
 

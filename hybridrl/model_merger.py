@@ -1,7 +1,10 @@
-"""Merge an FSDP checkpoint's per-rank shards into a standard Hugging Face folder.
+"""Merge an FSDP or Megatron checkpoint's per-rank shards into a standard Hugging Face folder.
 
     python -m hybridrl.model_merger merge --backend fsdp --local_dir ckpt/global_step_N/actor --target_dir out/
+    python -m hybridrl.model_merger merge --backend megatron --local_dir ckpt/global_step_N/actor --target_dir out/
     python -m hybridrl.model_merger test  --backend fsdp --local_dir ckpt/global_step_N/actor --test_hf_dir ref/
+
+``--backend megatron``: :mod:`hybridrl.workers.megatron.merger` (TP shards gathered on one CPU process).
 
 ``merge`` reads ``fsdp_config.json`` (world size W), loads ``model_world_size_W_rank_{0..W-1}.pt``,
 concatenates every DTensor's local shards along its ``Shard`` placement (taking replica 0 of a
@@ -68,11 +71,20 @@ def merge_shards(shards: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return merged
 
 
+def _is_megatron_folder(local_dir: str) -> bool:
+    from hybridrl.workers.megatron.checkpoint_layout import LAYOUT_FILE
+
+    return os.path.isfile(os.path.join(local_dir, LAYOUT_FILE))
+
+
 def load_fsdp_state_dict(local_dir: str) -> dict[str, torch.Tensor]:
     """Read every rank's ``model_world_size_W_rank_r.pt`` in ``local_dir`` and merge them."""
     config_path = os.path.join(local_dir, FSDP_CONFIG_FILE)
     if not os.path.exists(config_path):
-        raise FileNotFoundError(f"{config_path} not found; --local_dir must be a global_step_N/<actor|critic> folder.")
+        hint = " (it is a Megatron checkpoint: use --backend megatron)" if _is_megatron_folder(local_dir) else ""
+        raise FileNotFoundError(
+            f"{config_path} not found; --local_dir must be a global_step_N/<actor|critic> folder{hint}."
+        )
     with open(config_path) as f:
         world_size = int(json.load(f)["world_size"])
     shards = []
@@ -84,11 +96,16 @@ def load_fsdp_state_dict(local_dir: str) -> dict[str, torch.Tensor]:
     return merge_shards(shards)
 
 
-def load_merged_state_dict(local_dir: str) -> dict[str, torch.Tensor]:
+def load_merged_state_dict(local_dir: str, backend: str = "fsdp") -> dict[str, torch.Tensor]:
     """:func:`load_fsdp_state_dict`; a LoRA checkpoint's adapters are merged into the base weights
-    (``W + lora_alpha/r · B @ A``, scaling read from ``lora_adapter/adapter_config.json``)."""
+    (``W + lora_alpha/r · B @ A``, scaling read from ``lora_adapter/adapter_config.json``). ``backend="megatron"``:
+    the TP shards of a Megatron checkpoint, converted to HF names."""
     from hybridrl.workers.engine.lora import ADAPTER_SUBDIR, is_lora_key, merged_state_dict, read_adapter_scaling
 
+    if backend == "megatron":
+        from hybridrl.workers.megatron.merger import load_megatron_hf_state_dict
+
+        return load_megatron_hf_state_dict(local_dir)
     state_dict = load_fsdp_state_dict(local_dir)
     if not any(is_lora_key(name) for name in state_dict):
         return state_dict
@@ -107,13 +124,13 @@ def _load_hf_meta(local_dir: str, trust_remote_code: bool) -> tuple[Any, Any]:
     return config, tokenizer
 
 
-def merge(local_dir: str, target_dir: str, trust_remote_code: bool = False) -> str:
-    """Write ``target_dir`` as a HF folder from the FSDP checkpoint in ``local_dir``. Returns ``target_dir``."""
+def merge(local_dir: str, target_dir: str, trust_remote_code: bool = False, backend: str = "fsdp") -> str:
+    """Write ``target_dir`` as a HF folder from the checkpoint in ``local_dir``. Returns ``target_dir``."""
     import shutil
 
     from hybridrl.workers.engine.lora import ADAPTER_SUBDIR
 
-    state_dict = load_merged_state_dict(local_dir)
+    state_dict = load_merged_state_dict(local_dir, backend)
     config, tokenizer = _load_hf_meta(local_dir, trust_remote_code)
     save_hf_model(config, state_dict, target_dir, tokenizer)
     adapter_dir = os.path.join(local_dir, ADAPTER_SUBDIR)
@@ -122,11 +139,11 @@ def merge(local_dir: str, target_dir: str, trust_remote_code: bool = False) -> s
     return target_dir
 
 
-def check_against(local_dir: str, test_hf_dir: str) -> None:
+def check_against(local_dir: str, test_hf_dir: str, backend: str = "fsdp") -> None:
     """Raise if the merged weights differ from ``test_hf_dir``'s (names, shapes, values)."""
     from safetensors.torch import load_file
 
-    merged = load_merged_state_dict(local_dir)
+    merged = load_merged_state_dict(local_dir, backend)
     reference: dict[str, torch.Tensor] = {}
     for name in sorted(os.listdir(test_hf_dir)):
         if name.endswith(".safetensors"):
@@ -145,7 +162,8 @@ def check_against(local_dir: str, test_hf_dir: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m hybridrl.model_merger", description=__doc__.splitlines()[0])
     parser.add_argument("operation", choices=["merge", "test"])
-    parser.add_argument("--backend", choices=["fsdp"], required=True, help="only fsdp (Megatron is not implemented)")
+    parser.add_argument("--backend", choices=["fsdp", "megatron"], required=True,
+                        help="fsdp, or megatron (TP shards; PP > 1 not yet)")
     parser.add_argument("--local_dir", required=True, help="…/global_step_N/actor (or critic)")
     parser.add_argument("--target_dir", default=None, help="output HF folder (merge)")
     parser.add_argument("--test_hf_dir", default=None, help="reference HF folder (test)")
@@ -157,11 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.operation == "merge":
         if not args.target_dir:
             parser.error("merge needs --target_dir")
-        print(f"[model_merger] wrote {merge(args.local_dir, args.target_dir, args.trust_remote_code)}")
+        target = merge(args.local_dir, args.target_dir, args.trust_remote_code, args.backend)
+        print(f"[model_merger] wrote {target}")
     else:
         if not args.test_hf_dir:
             parser.error("test needs --test_hf_dir")
-        check_against(args.local_dir, args.test_hf_dir)
+        check_against(args.local_dir, args.test_hf_dir, args.backend)
         print(f"[model_merger] {args.local_dir} matches {args.test_hf_dir}")
 
 

@@ -39,6 +39,8 @@ if [ "${1:-all}" != "fast" ]; then
   fi
   if [ "${HYBRIDRL_SKIP_MEGATRON:-0}" != "1" ]; then
     # megatron-core + mbridge need transformers 4.x: their tests run in a separate environment (.venv-megatron).
+    # -m "megatron" selects every test under tests/megatron, the slow ones too (the main_ppo end-to-end runs:
+    # test_main_ppo_megatron_e2e.py); in the main .venv those tests are collected by the slow suite and skip.
     echo "[test] Megatron (megatron-core on CPU) suite in .venv-megatron"
     bash scripts/setup_megatron_env.sh
     VENV=.venv-megatron run_pytest -m "megatron" -q -p no:cacheprovider tests/megatron

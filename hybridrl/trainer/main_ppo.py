@@ -1,7 +1,8 @@
 """PPO/GRPO entry point: ``python -m hybridrl.trainer.main_ppo key=value ...`` (verl's command line).
 
     command line ──► override keys checked (unknown key -> closest valid key)
-                 ──► Hydra composes configs/ppo_trainer.yaml (+ overrides)
+                 ──► Hydra composes configs/ppo_trainer.yaml (or --config-name ppo_megatron_trainer,
+                     completed with ppo_trainer.yaml's keys it lacks) (+ overrides)
                  ──► validate_config (every problem at once) ──► batch plan printed
                  ──► run_ppo(config): preflight (files: checkpoint folder, tracker, datasets) ──► Ray
 
@@ -15,13 +16,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from hybridrl.utils.config import BatchPlan, compute_batch_plan, format_batch_plan, hydra_entry, validate_config
+from hybridrl.utils.config import (
+    BatchPlan,
+    compute_batch_plan,
+    format_batch_plan,
+    hydra_entry,
+    validate_config,
+    with_defaults,
+)
+from hybridrl.utils.config.access import ACTOR, get
+
+
+def complete_config(config: DictConfig) -> DictConfig:
+    """``config`` with the keys of ``ppo_trainer.yaml`` it lacks: ``--config-name ppo_megatron_trainer`` (verl's
+    Megatron file) has no FSDP-only keys and none of hybridrl's additions, which the trainer reads by attribute.
+
+    The Megatron tree is returned resolved: its ``ref.megatron`` / ``critic.megatron`` sections interpolate whole
+    dicts (``override_transformer_config: ${oc.select:...,{}}``), which ``OmegaConf.resolve`` cannot write in place
+    (the TaskRunner resolves the tree, as verl's does)."""
+    if get(config, f"{ACTOR}.megatron") is None:
+        return config
+    resolved = OmegaConf.create(OmegaConf.to_container(with_defaults(config, "ppo_trainer"), resolve=True))
+    OmegaConf.set_struct(resolved, True)
+    return resolved
 
 
 def check_config(config: DictConfig) -> BatchPlan:
     """Validate ``config`` (raises ConfigError listing every problem), then print and return its batch plan."""
+    config = complete_config(config)
     validate_config(config)
     plan = compute_batch_plan(config)
     print(format_batch_plan(plan), flush=True)
@@ -37,6 +61,7 @@ def run_ppo(config: DictConfig, task_runner_class: type | None = None) -> dict:
     from hybridrl.trainer.ppo.task_runner import run_ppo as _run_ppo
     from hybridrl.utils.config.preflight import run_preflight
 
+    config = complete_config(config)
     run_preflight(config)
 
     return _run_ppo(config, task_runner_class=task_runner_class)

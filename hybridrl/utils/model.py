@@ -7,7 +7,7 @@ Model loading itself is in ``hybridrl.workers.engine.model_loader``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
@@ -22,4 +22,14 @@ def update_model_config(module_config: Any, override_config_kwargs: Mapping[str,
         if isinstance(value, Mapping) and current is not None and not isinstance(current, Mapping):
             update_model_config(current, value)
         else:
-            setattr(module_config, key, value)
+            setattr(module_config, key, _plain(value))
+
+
+def _plain(value: Any) -> Any:
+    """Nested mappings and lists as plain dicts and lists: an OmegaConf node from the trainer's YAML (e.g.
+    ``ppo_megatron_trainer.yaml``'s ``override_config.moe_config``) would make ``save_pretrained`` fail on JSON."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(item) for item in value]
+    return value

@@ -48,11 +48,15 @@ class CriticWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         if plan is None:
-            plan = standalone_batch_plan(self.config, "critic", world_size, ["critic."]).critic_worker_plan()
+            plan = self._standalone_plan(world_size)
         self.plan = plan
         plan.values.require("critic.forward_micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "critic"))
         self._checkpoint_manager: Any = None
+
+    def _standalone_plan(self, world_size: int) -> CriticWorkerPlan:
+        """The plan of a critic built without one: this group is the world; the critic's batch checks raise."""
+        return standalone_batch_plan(self.config, "critic", world_size, ["critic."]).critic_worker_plan()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:

@@ -66,9 +66,13 @@ class RewardModelWorker(Worker):
         self._device_name = get_device_name()
         world_size = init_worker_distributed(self._device_name)
         if plan is None:
-            plan = standalone_batch_plan(self.config, "reward_model", world_size, ["reward_model."]).reward_model
+            plan = self._standalone_plan(world_size)
         self.plan = plan.require("reward_model.micro_batch_size_per_gpu")
         self.ulysses = UlyssesShardingManager(sp_group_from_config(self.config, "reward_model"))
+
+    def _standalone_plan(self, world_size: int) -> ForwardPlan:
+        """The scoring pass's micro-batching of an RM built without a plan: this group is the world."""
+        return standalone_batch_plan(self.config, "reward_model", world_size, ["reward_model."]).reward_model
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -80,6 +84,12 @@ class RewardModelWorker(Worker):
         self.tokenizer = engine.build_tokenizer(model_config.path, trust_remote_code=trust_remote_code)
         if self._switch_template:
             self.input_tokenizer = engine.build_tokenizer(input_tokenizer, trust_remote_code=trust_remote_code)
+        self.reward_module = self._build_reward_module()
+        self.use_remove_padding = bool(model_config.use_remove_padding)
+
+    def _build_reward_module(self) -> torch.nn.Module:
+        """The frozen RM (FSDP-wrapped): ``module(input_ids, attention_mask, position_ids).logits [B, S, 1]``."""
+        model_config = self.config.model
         spec = ModelSpec(
             model_config,
             model_config.get("fsdp_config", {}),
@@ -88,8 +98,8 @@ class RewardModelWorker(Worker):
             False,
             self.ulysses.group,
         )
-        self.reward_module, _ = build_fsdp_module(spec, self._device_name)
-        self.use_remove_padding = bool(model_config.use_remove_padding)
+        module, _ = build_fsdp_module(spec, self._device_name)
+        return module
 
     def _forward_micro_batch(self, micro_batch: Any) -> torch.Tensor:
         """Score ``[B]``: the RM output at each sequence's last valid token."""

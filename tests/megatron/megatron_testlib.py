@@ -40,6 +40,14 @@ def run_ranks(fn: Callable[..., dict], world_size: int, out_dir: Path, *args: An
     return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
 
 
+def run_fsdp2_tp1_tp2(fn: Callable[..., dict], out_dir: Path, model_dir: str) -> tuple[dict, dict, list[dict]]:
+    """``fn(rank, model_dir, tp_size, strategy)`` as the FSDP2 worker (1 rank), Megatron TP=1 (1 rank) and Megatron
+    TP=2 (2 ranks); returns ``(fsdp2, tp1, [tp2 rank 0, tp2 rank 1])``."""
+    fsdp = run_ranks(fn, 1, out_dir / "fsdp", model_dir, 1, "fsdp2")[0]
+    tp1 = run_ranks(fn, 1, out_dir / "tp1", model_dir, 1, "megatron")[0]
+    return fsdp, tp1, run_ranks(fn, 2, out_dir / "tp2", model_dir, 2, "megatron")
+
+
 def policy_config(model_dir: str, tp_size: int, *overrides: str, strategy: str = "megatron") -> Any:
     """``actor_rollout_ref`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or,
     for ``strategy="fsdp2"``, ``ppo_trainer``. Weight decay 0 (megatron-core exempts norms and biases from it, FSDP's
@@ -81,3 +89,44 @@ def policy_batch(batch_size: int = 4, seed: int = 0) -> Any:
         "advantages": torch.randn(batch_size, response_len, generator=generator) * response_mask,
     }
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
+    """log π(response token) ``[B, R]`` under the HF model, padded layout."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    batch = data.batch
+    response_len = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits[:, -response_len - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def critic_config(model_dir: str, tp_size: int, strategy: str, *overrides: str):
+    """``critic`` for the tiny model from the shipped YAML: ``ppo_megatron_trainer`` (TP ``tp_size``) or, for
+    ``strategy="fsdp2"``, ``ppo_trainer``. One mini-batch of 4 in micro-batches of 2, Adam lr 1e-3, weight decay 0
+    (megatron-core exempts norms and biases from it, FSDP's AdamW does not)."""
+    from config_testlib import compose_config
+
+    common = [
+        f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
+        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0", *overrides,
+    ]
+    if strategy == "megatron":
+        return compose_config("ppo_megatron_trainer", [
+            *common, f"critic.megatron.tensor_model_parallel_size={tp_size}"]).critic
+    return compose_config("ppo_trainer", [*common, "critic.model.enable_gradient_checkpointing=False"]).critic
+
+
+def critic_update_batch(data: Any, values: torch.Tensor) -> Any:
+    """``data`` (a :func:`policy_batch`) with the keys ``update_critic`` reads: old ``values`` (the critic's ``values``
+    offset per row so that value clipping bites: ``|V − V_old| > cliprange_value = 0.5`` on rows 2 and 3) and
+    seeded random ``returns``, both zero outside the response."""
+    mask = data.batch["response_mask"]
+    offset = torch.tensor([0.0, 0.3, 0.8, -0.8])[:, None]
+    data.batch["values"] = (values + offset) * mask
+    data.batch["returns"] = torch.randn(values.shape, generator=torch.Generator().manual_seed(3)) * mask
+    return data

@@ -7,23 +7,9 @@ The driver sends the whole batch to both TP ranks and keeps TP rank 0's output (
 from __future__ import annotations
 
 import pytest
-import torch
-from megatron_testlib import policy_batch, policy_config
+from megatron_testlib import hf_response_log_probs, policy_batch, policy_config
 
 pytestmark = pytest.mark.slow
-
-
-def _hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
-    """log π(response token) ``[B, R]`` under the HF model, padded layout."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
-    batch = data.batch
-    response_len = batch["responses"].shape[1]
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits[:, -response_len - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
 
 
 def test_tp2_worker_group_dispatches_one_slice_per_tp_group(ray_cluster, tiny_gqa_qwen2_dir):
@@ -41,7 +27,7 @@ def test_tp2_worker_group_dispatches_one_slice_per_tp_group(ray_cluster, tiny_gq
         log_probs = group.compute_log_prob(data).batch["old_log_probs"]
         assert log_probs.shape == (4, 5)  # one TP group = one DP rank: the batch is not split, TP rank 0 kept
         mask = data.batch["response_mask"].bool()
-        expected = _hf_response_log_probs(tiny_gqa_qwen2_dir, data)
+        expected = hf_response_log_probs(tiny_gqa_qwen2_dir, data)
         assert (log_probs - expected)[mask].abs().max().item() < 1e-5
         data.batch["old_log_probs"] = log_probs
         metrics = group.update_actor(data).meta_info["metrics"]

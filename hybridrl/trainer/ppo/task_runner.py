@@ -36,33 +36,41 @@ _LOG_FLUSH_SECONDS = 1.0
 
 
 def build_role_mapping(config) -> tuple[dict, dict, dict]:
-    """Return ``(role_worker_mapping, resource_pool_spec, mapping)`` as verl 0.5's main_ppo builds them."""
+    """Return ``(role_worker_mapping, resource_pool_spec, mapping)`` as verl 0.5's main_ppo builds them.
+
+    Worker classes follow each role's strategy (:mod:`hybridrl.utils.config.worker_classes`): the policy and its
+    reference ``actor_rollout_ref.actor.strategy``, the critic ``critic.strategy``, the reward model
+    ``reward_model.strategy``. With Megatron the reference lives in the policy worker (``Role.ActorRolloutRef``).
+    """
     import ray
 
     from hybridrl.trainer.ppo.roles import Role, need_critic, need_reference_policy
-    from hybridrl.workers.fsdp_workers import (
-        ActorRolloutRefWorker,
-        AsyncActorRolloutRefWorker,
-        CriticWorker,
-        RewardModelWorker,
-    )
+    from hybridrl.utils.config.worker_classes import REFERENCE_IN_POLICY_WORKER, import_worker_class
 
+    actor_strategy = config.actor_rollout_ref.actor.strategy
     global_pool = "global_pool"
     resource_pool_spec = {global_pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
     # rollout.mode=async: the policy worker also serves generation requests (verl's AsyncActorRolloutRefWorker)
-    policy_cls = AsyncActorRolloutRefWorker if config.actor_rollout_ref.rollout.mode == "async" else ActorRolloutRefWorker
-    role_worker_mapping: dict[Any, Any] = {Role.ActorRollout: ray.remote(policy_cls)}
-    mapping: dict[Any, str] = {Role.ActorRollout: global_pool}
+    def policy_worker(kind: str) -> Any:
+        return ray.remote(import_worker_class(actor_strategy, kind, "actor_rollout_ref.actor.strategy"))
+
+    policy_cls = policy_worker("async_policy" if config.actor_rollout_ref.rollout.mode == "async" else "policy")
+    ref_in_policy = need_reference_policy(config) and actor_strategy in REFERENCE_IN_POLICY_WORKER
+    policy_role = Role.ActorRolloutRef if ref_in_policy else Role.ActorRollout
+    role_worker_mapping: dict[Any, Any] = {policy_role: policy_cls}
+    mapping: dict[Any, str] = {policy_role: global_pool}
     if config.trainer.v1.trainer_mode == "separate_async":  # the rollout on a pool of its own (verl 0.9)
         _split_rollout(config, role_worker_mapping, mapping, resource_pool_spec)
     if need_critic(config):
-        role_worker_mapping[Role.Critic] = ray.remote(CriticWorker)
+        role_worker_mapping[Role.Critic] = ray.remote(
+            import_worker_class(config.critic.strategy, "critic", "critic.strategy"))
         mapping[Role.Critic] = _own_pool(config.critic, "critic_pool", resource_pool_spec) or global_pool
-    if need_reference_policy(config):
-        role_worker_mapping[Role.RefPolicy] = ray.remote(ActorRolloutRefWorker)
+    if need_reference_policy(config) and not ref_in_policy:
+        role_worker_mapping[Role.RefPolicy] = policy_worker("policy")
         mapping[Role.RefPolicy] = global_pool
     if config.reward_model.enable:
-        role_worker_mapping[Role.RewardModel] = ray.remote(RewardModelWorker)
+        role_worker_mapping[Role.RewardModel] = ray.remote(
+            import_worker_class(config.reward_model.strategy, "reward_model", "reward_model.strategy"))
         mapping[Role.RewardModel] = _own_pool(config.reward_model, "reward_pool", resource_pool_spec) or global_pool
     return role_worker_mapping, resource_pool_spec, mapping
 

@@ -36,7 +36,9 @@ CHECKPOINT_TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 COMPLETE_MARKER = "checkpoint_complete.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 # Files that make a folder recognisably a component checkpoint (for completeness checks).
-_COMPONENT_FILE = re.compile(r"^(model|optim|extra_state)_world_size_\d+_rank_\d+\.pt$|^fsdp_config\.json$")
+_COMPONENT_FILE = re.compile(
+    r"^(model|optim|extra_state)_world_size_\d+_rank_\d+\.pt$|^fsdp_config\.json$|^megatron_checkpoint\.json$"
+)
 
 
 # ----------------------------------------------------------------------------- tracker and discovery

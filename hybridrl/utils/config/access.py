@@ -52,6 +52,30 @@ def _pool_size(config: DictConfig, section: str) -> int | None:
     return int(nodes) * int(per_node)
 
 
+# megatron.* sizes whose product is the ranks holding one model replica (the rest of a role's ranks are data parallel)
+MEGATRON_REPLICA_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+
+
+def uses_megatron(config: DictConfig, section: str) -> bool:
+    """Whether ``<section>.strategy`` (actor, critic or reward_model section) is ``megatron``."""
+    return get(config, f"{section}.strategy") == "megatron"
+
+
+def replica_size(config: DictConfig, section: str) -> int:
+    """Ranks holding one replica of ``section``'s model: TP × PP × CP of ``<section>.megatron`` with strategy=megatron
+    (verl's Megatron workers), else ``<section>.ulysses_sequence_parallel_size``. Data-parallel size = ranks / this.
+    Unset or non-positive values count as 1 (the config checks report them)."""
+    if uses_megatron(config, section):
+        keys = [f"{section}.megatron.{key}" for key in MEGATRON_REPLICA_KEYS]
+    else:
+        keys = [f"{section}.ulysses_sequence_parallel_size"]
+    size = 1
+    for key in keys:
+        value = get(config, key)
+        size *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    return size
+
+
 def need_critic(config: DictConfig) -> bool:
     """A critic is used when critic.enable is True, or when it is null/absent and the estimator is gae
     (verl's rule, with verl's warning when the estimator turns the critic off)."""

@@ -4,7 +4,9 @@ Notation (all counts; "prompt" = one dataset row, "sample" = one prompt + one re
     B  = data.train_batch_size            prompts per step (global)
     n  = actor_rollout_ref.rollout.n      responses per prompt
     W  = trainer.nnodes * trainer.n_gpus_per_node     ranks
-    sp = ulysses_sequence_parallel_size, dp = W / sp   data-parallel ranks
+    sp = ulysses_sequence_parallel_size, dp = W / sp   data-parallel ranks (FSDP)
+    mp = TP * PP * CP of <role>.megatron, dp = W / mp  data-parallel ranks (strategy=megatron: a TP/PP/CP group
+                                                       shares one slice of the batch, as in verl's Megatron workers)
     M  = ppo_mini_batch_size              prompts per mini-batch (global)
     m  = ppo_micro_batch_size_per_gpu     samples per forward/backward per rank
 
@@ -30,7 +32,9 @@ from hybridrl.utils.config.access import (
     get,
     need_critic,
     need_reference_policy,
+    replica_size,
     role_world_size,
+    uses_megatron,
     world_size,
 )
 
@@ -69,6 +73,7 @@ class RolePlan:
     micro_batch_per_rank: int | None  # None with use_dynamic_bsz or when unset
     grad_accum_steps: int | None
     token_budget_per_rank: int | None  # use_dynamic_bsz only
+    megatron_model_parallel: int | None = None  # TP * PP * CP with strategy=megatron (dp = world / it); None: FSDP
 
     @property
     def micro_batching(self) -> ForwardPlan:
@@ -156,7 +161,7 @@ def compute_batch_plan(config: DictConfig, dataset_len: int | None = None) -> Ba
     critic = _role_plan(config, "critic", "critic", prompts, critic_n, critic_world) if need_critic(config) else None
     use_ref = need_reference_policy(config)
     gen_batch = int(get(config, "data.gen_batch_size") or prompts)
-    rm_dp = max(1, (role_world_size(config, "reward_model") or world) // _sp(config, "reward_model"))
+    rm_dp = max(1, (role_world_size(config, "reward_model") or world) // replica_size(config, "reward_model"))
     plan = BatchPlan(
         prompts_per_step=prompts,
         prompts_per_generation_batch=gen_batch,
@@ -196,8 +201,9 @@ def _sp(config: DictConfig, section: str) -> int:
 
 
 def _role_plan(config: DictConfig, section: str, name: str, prompts: int, n: int, world: int) -> RolePlan:
-    sp = _sp(config, section)
-    dp = max(1, world // sp)
+    megatron = uses_megatron(config, section)
+    sp = 1 if megatron else _sp(config, section)  # Megatron shards sequences with its own CP, not Ulysses
+    dp = max(1, world // replica_size(config, section))
     mini = int(get(config, f"{section}.ppo_mini_batch_size"))
     mini_per_rank = max(1, mini * n // dp)
     samples_per_rank = prompts * n // dp
@@ -218,6 +224,7 @@ def _role_plan(config: DictConfig, section: str, name: str, prompts: int, n: int
         micro_batch_per_rank=micro,
         grad_accum_steps=None if micro is None else max(1, mini_per_rank // micro),
         token_budget_per_rank=int(get(config, f"{section}.ppo_max_token_len_per_gpu")) if dynamic else None,
+        megatron_model_parallel=replica_size(config, section) if megatron else None,
     )
 
 

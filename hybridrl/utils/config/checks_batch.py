@@ -17,6 +17,7 @@ from hybridrl.utils.config.access import (
     next_multiple,
     positive_int,
     role_world_size,
+    uses_megatron,
     world_size,
 )
 from hybridrl.utils.config.batch_plan import RolePlan, compute_batch_plan
@@ -152,7 +153,8 @@ def _check_role(
     """Mini-batch and micro-batch checks of the actor or the critic, on the batch plan's per-rank numbers."""
     mini_key = f"{section}.ppo_mini_batch_size"
     mini = positive_int(config, mini_key, problems)
-    sp = positive_int(config, f"{section}.ulysses_sequence_parallel_size", problems) or 1
+    sp = 1 if uses_megatron(config, section) else (  # Megatron's TP·PP·CP: checks_megatron
+        positive_int(config, f"{section}.ulysses_sequence_parallel_size", problems) or 1)
     if mini is None:
         return
     if world % sp != 0:

@@ -29,14 +29,35 @@ def split_cli_overrides(argv: list[str]) -> tuple[list[str], bool]:
         return [a for a in argv if "=" in a and not a.startswith("-")], other
 
 
+# A shipped config whose missing keys take another's defaults (the trainer fills them: ``with_defaults``): an
+# override of such a key is added (``+key=value``) instead of refused.
+DEFAULTS_FROM = {"ppo_megatron_trainer": "ppo_trainer"}
+
+
+def _shipped_config_selected(argv: list[str]) -> str | None:
+    """The shipped config that ``--config-name`` picks (``ppo_megatron_trainer``), or None (a recipe's, or none)."""
+    try:
+        from hydra._internal.utils import get_args_parser
+
+        args = get_args_parser().parse_known_args(argv)[0]
+    except Exception:  # noqa: BLE001 - Hydra internals moved: leave the command line to Hydra
+        return None
+    if args.config_path or args.config_dir or args.config_name not in DEFAULTS_FROM:
+        return None
+    return str(args.config_name)
+
+
 def prepare_cli_argv(argv: list[str], config_name: str = "ppo_trainer") -> list[str]:
     """``argv`` with allow-listed ``+key=`` rewritten; raises ConfigError for unknown keys.
 
-    A command line that selects another config (a recipe's YAML) is left to Hydra unchanged.
+    ``--config-name ppo_megatron_trainer`` is checked against that YAML (keys it lacks but ``ppo_trainer`` has
+    are added); a command line that selects another config (a recipe's YAML) is left to Hydra unchanged.
     """
     overrides, other_config = split_cli_overrides(argv)
-    if other_config:
+    selected = _shipped_config_selected(argv) if other_config else None
+    if other_config and selected is None:
         return list(argv)
+    config_name = selected or config_name
     rewritten = dict(zip(overrides, prepare_overrides(overrides, config_name)))
     return [rewritten.get(arg, arg) for arg in argv]
 
@@ -52,13 +73,25 @@ def prepare_overrides(overrides: list[str], config_name: str = "ppo_trainer") ->
     plain = to_plain(load_config(config_name))
     valid_keys = set(flatten_keys(plain))
     additions = allowed_additions(config_name)
+    base = to_plain(load_config(DEFAULTS_FROM[config_name])) if config_name in DEFAULTS_FROM else {}
     problems: list[ConfigProblem] = []
     result: list[str] = []
     for text, override in zip(overrides, parsed):
+        if _from_base(override, plain, base):
+            result.append(f"+{text}")  # a key of the base config this one lacks: added with the user's value
+            continue
         result.append(_check_one(text, override, plain, valid_keys, additions, problems))
     if problems:
         raise ConfigError(problems)
     return result
+
+
+def _from_base(override: Any, plain: dict, base: dict) -> bool:
+    """A plain ``key=value`` whose key the config lacks and its base config (:data:`DEFAULTS_FROM`) has."""
+    from hydra.core.override_parser.types import OverrideType
+
+    key = override.key_or_group
+    return override.type == OverrideType.CHANGE and not has_key(plain, key) and has_key(base, key)
 
 
 def _check_one(text: str, override: Any, plain: dict, valid_keys: set[str], additions: set[str], problems: list) -> str:

@@ -11,12 +11,19 @@ def _fmt(value: object) -> str:
     return _UNSET if value is None else str(value)
 
 
+def _replica(role: RolePlan) -> str:
+    """What one model replica spans: Ulysses sp (FSDP) or megatron-core's TP·PP·CP."""
+    if role.megatron_model_parallel is None:
+        return f"sp {role.sp_size}"
+    return f"TP·PP·CP {role.megatron_model_parallel}"
+
+
 def _role_rows(role: RolePlan, plan: BatchPlan) -> list[tuple[str, str, str]]:
     r = role.name
     micro = "dynamic" if role.token_budget_per_rank is not None else _fmt(role.micro_batch_per_rank)
     accum = "dynamic" if role.token_budget_per_rank is not None else _fmt(role.grad_accum_steps)
     rows = [
-        (f"{r}: data-parallel ranks (dp)", str(role.dp_size), f"world {plan.world_size} / sp {role.sp_size}"),
+        (f"{r}: data-parallel ranks (dp)", str(role.dp_size), f"world {plan.world_size} / {_replica(role)}"),
         (f"{r}: mini-batch (prompts, global)", str(role.mini_batch_prompts), "ppo_mini_batch_size"),
         (f"{r}: mini-batch (samples, global)", str(role.mini_batch_samples), f"{role.mini_batch_prompts} x n"),
         (

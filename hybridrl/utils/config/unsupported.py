@@ -39,10 +39,6 @@ def _is_set(value: Any) -> bool:
     return value is not None
 
 
-def _equals(*bad: Any) -> Callable[[Any], bool]:
-    return lambda value: value in bad
-
-
 _SHM = "loading through /dev/shm is not implemented; files are read directly."
 
 # fmt: off
@@ -54,9 +50,6 @@ UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
         Unsupported("actor_rollout_ref.rollout.trace.backend", _is_set, "warn", "rollout tracing (weave/mlflow) is not implemented; no traces are written."),
         Unsupported("actor_rollout_ref.rollout.agent.custom_async_server.path", _is_set, "error", "custom async servers are not supported: hybridrl's hf/vllm/sglang servers run in the rollout workers."),
         Unsupported("reward_model.sandbox_fusion.url", _is_set, "error", "Sandbox Fusion code rewards are not supported yet; set it to null."),
-        Unsupported("actor_rollout_ref.actor.strategy", _equals("megatron"), "warn", "Megatron is not available; training runs on FSDP2."),
-        Unsupported("critic.strategy", _equals("megatron"), "warn", "Megatron is not available; training runs on FSDP2."),
-        Unsupported("reward_model.strategy", _equals("megatron"), "warn", "Megatron is not available; the reward model runs on FSDP2."),
         Unsupported("actor_rollout_ref.model.use_liger", _is_true, "warn", "Liger kernels are not implemented; plain PyTorch is used."),
         Unsupported("actor_rollout_ref.model.use_fused_kernels", _is_true, "warn", "fused kernels are not implemented; plain PyTorch is used."),
         Unsupported("data.use_shm", _is_true, "warn", _SHM),

@@ -9,15 +9,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybridrl.utils.config.access import need_critic, need_reference_policy
+from hybridrl.utils.config.access import ACTOR, get, need_critic, need_reference_policy
 from hybridrl.utils.config.checks_algorithm import check_algorithm
 from hybridrl.utils.config.checks_async import check_async_modes
 from hybridrl.utils.config.checks_batch import check_batch_sizes
 from hybridrl.utils.config.checks_env import check_environment
+from hybridrl.utils.config.checks_megatron import check_megatron, check_megatron_environment
 from hybridrl.utils.config.checks_optim import check_optimizers
 from hybridrl.utils.config.checks_rollout import check_rollout_mode
 from hybridrl.utils.config.checks_rollout_correction import check_rollout_correction
 from hybridrl.utils.config.checks_types import check_value_types
+from hybridrl.utils.config.defaults import with_defaults
 from hybridrl.utils.config.errors import ConfigError, ConfigProblem
 from hybridrl.utils.config.unsupported import check_unsupported
 
@@ -56,6 +58,8 @@ def collect_problems(
     """The problems :func:`validate_config` would raise, without raising (for plan printers and tests)."""
     if not isinstance(config, DictConfig):
         config = OmegaConf.create(config)
+    if get(config, f"{ACTOR}.megatron") is not None:  # ppo_megatron_trainer.yaml: the keys it lacks as main_ppo fills them
+        config = with_defaults(config, "ppo_trainer")
     if use_reference_policy is None:
         use_reference_policy = need_reference_policy(config)
     if use_critic is None:
@@ -67,9 +71,11 @@ def collect_problems(
     problems += check_rollout_correction(config)
     problems += check_async_modes(config)
     problems += check_optimizers(config, use_critic)
+    problems += check_megatron(config, use_critic, use_reference_policy)
     problems += check_unsupported(config, "ppo_trainer")
     if check_env:
         problems += check_environment(config, use_critic)
+        problems += check_megatron_environment(config, use_critic, use_reference_policy)
     return _dedupe(problems)
 
 

@@ -75,7 +75,7 @@ def _save_file(obj: Any, path: str) -> None:
     os.replace(tmp, path)
 
 
-def _contents(config: Any, key: str) -> list[str]:
+def checkpoint_contents(config: Any, key: str) -> list[str]:
     values = list(config.get(key, None) or _DEFAULT_CONTENTS) if config is not None else list(_DEFAULT_CONTENTS)
     unknown = sorted(set(values) - set(CONTENTS))
     if unknown:
@@ -106,8 +106,8 @@ class FSDPCheckpointManager:
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.processing_class = processing_class
-        self.save_contents = _contents(checkpoint_config, "save_contents")
-        self.load_contents = _contents(checkpoint_config, "load_contents")
+        self.save_contents = checkpoint_contents(checkpoint_config, "save_contents")
+        self.load_contents = checkpoint_contents(checkpoint_config, "load_contents")
         self.rank, self.world_size = _rank_and_world()
         self._is_lora = lora.unwrap_peft(model) is not None
 
@@ -229,14 +229,14 @@ def _load(path: str) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch's own message (PytorchStreamReader ...) names neither the file nor a way out
-        raise CheckpointShardError(_unreadable_shard_message(path, error)) from error
+        raise CheckpointShardError(unreadable_shard_message(path, error)) from error
 
 
 class CheckpointShardError(RuntimeError):
     """A worker's checkpoint file exists but cannot be read (truncated or corrupt)."""
 
 
-def _unreadable_shard_message(path: str, error: Exception) -> str:
+def unreadable_shard_message(path: str, error: Exception) -> str:
     """Name the file and the newest complete ``global_step_M`` before its step (``.../global_step_N/<role>/file``)."""
     component = os.path.dirname(os.path.abspath(path))
     step, root = step_of(component), os.path.dirname(os.path.dirname(component))

@@ -18,7 +18,13 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from hybridrl.workers.megatron import weights
-from hybridrl.workers.megatron.model import MegatronCausalLM, build_gpt_model, transformer_config
+from hybridrl.workers.megatron.model import (
+    MegatronCausalLM,
+    MegatronValueModel,
+    build_gpt_model,
+    transformer_config,
+    trunk_of,
+)
 
 __all__ = ["MegatronModel", "build_megatron_lr_scheduler", "build_megatron_model", "build_megatron_optimizer",
            "export_hf_weights"]
@@ -27,7 +33,8 @@ __all__ = ["MegatronModel", "build_megatron_lr_scheduler", "build_megatron_model
 @dataclass
 class MegatronModel:
     """One rank's model. ``gpt``: the bare ``GPTModel``; ``ddp``: megatron-core DDP around it (trainable only);
-    ``causal_lm``: the HF-style view the actor calls; ``bridge``: the mbridge ``Bridge`` (``use_mbridge``)."""
+    ``causal_lm``: the HF-style view the actor calls (a value model's: :class:`MegatronValueModel`, values
+    ``[B, S, 1]``); ``bridge``: the mbridge ``Bridge`` (``use_mbridge``)."""
 
     gpt: nn.Module
     ddp: nn.Module | None
@@ -38,11 +45,14 @@ class MegatronModel:
 
 
 def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, dtype: torch.dtype,
-                         device_name: str, *, trainable: bool = False) -> MegatronModel:
+                         device_name: str, *, trainable: bool = False,
+                         value_head: dict[str, torch.Tensor] | None = None) -> MegatronModel:
     """This rank's model with the HF weights of ``model_path`` (call :func:`init_megatron_parallel` first).
 
     ``megatron_config``: an ``actor_rollout_ref.actor.megatron``-shaped section (parallel sizes,
     ``use_mbridge``, ``use_distributed_optimizer``, ``override_transformer_config``).
+    ``value_head``: an HF ``score`` head (``{"weight": [1, H], "bias": [1]}``) → a value model (critic, reward
+    model): the trunk's weights from ``model_path``, this head, and a :class:`MegatronValueModel` view.
     """
     if int(megatron_config.pipeline_model_parallel_size) > 1 or int(megatron_config.context_parallel_size) > 1:
         raise NotImplementedError(
@@ -50,17 +60,21 @@ def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, 
             "yet (TP and DP are); set them to 1."
         )
     config = transformer_config(hf_config, megatron_config, dtype, device_name)
-    gpt = build_gpt_model(hf_config, config, device_name)
+    gpt = build_gpt_model(hf_config, config, device_name, value_head=value_head is not None)
+    converted = gpt if value_head is None else trunk_of(gpt)  # the value head is not in the causal-LM layout
     bridge = None
     if bool(megatron_config.use_mbridge):
         from hybridrl.workers.megatron.bridge import build_bridge, load_hf_weights_mbridge
 
         bridge = build_bridge(hf_config, dtype)
-        load_hf_weights_mbridge(bridge, gpt, model_path)
+        load_hf_weights_mbridge(bridge, converted, model_path)
     else:
-        weights.load_hf_weights(gpt, weights.read_hf_state_dict(model_path), hf_config)
+        weights.load_hf_weights(converted, weights.read_hf_state_dict(model_path), hf_config)
+    if value_head is not None:
+        gpt.output_layer.load_hf(value_head)
     ddp = _wrap_ddp(gpt, config, megatron_config) if trainable else None
-    causal_lm = MegatronCausalLM(ddp if ddp is not None else gpt, hf_config.vocab_size)
+    view = ddp if ddp is not None else gpt
+    causal_lm = MegatronCausalLM(view, hf_config.vocab_size) if value_head is None else MegatronValueModel(view)
     if not trainable:
         causal_lm.requires_grad_(False)
     return MegatronModel(gpt, ddp, causal_lm, hf_config, config, bridge)

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MegatronCausalLM", "attention_mask_for", "build_gpt_model", "padded_vocab_size", "transformer_config"]
+__all__ = ["MegatronCausalLM", "MegatronValueModel", "ValueHead", "attention_mask_for", "build_gpt_model",
+           "load_hf_value_head", "padded_vocab_size", "transformer_config", "trunk_of"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 
@@ -93,8 +94,12 @@ _NULLABLE = frozenset({"recompute_granularity", "recompute_method", "recompute_n
 
 
 def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_process: bool = True,
-                    post_process: bool = True) -> nn.Module:
-    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU."""
+                    post_process: bool = True, value_head: bool = False) -> nn.Module:
+    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU.
+
+    ``value_head``: a value model (critic, reward model): output layer untied from the embeddings and replaced by
+    a :class:`ValueHead` (as verl's Megatron critic replaces it by a 1-output linear layer).
+    """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
@@ -109,10 +114,12 @@ def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_proces
         pre_process=pre_process,
         post_process=post_process,
         parallel_output=True,
-        share_embeddings_and_output_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        share_embeddings_and_output_weights=bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head,
         position_embedding_type="rope",
         rotary_base=int(getattr(hf_config, "rope_theta", 10000)),
     )
+    if value_head and post_process:
+        model.output_layer = ValueHead(config)
     return model.to(torch.device("cuda", torch.cuda.current_device()) if device_name == "cuda" else "cpu")
 
 
@@ -149,11 +156,91 @@ class MegatronCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, **_: Any) -> SimpleNamespace:
         """Returns ``.logits [B, S, V]`` (fp32 on CPU), differentiable; the TP gather splits the gradient back."""
-        from megatron.core import tensor_parallel
-
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         mask = attention_mask_for(attention_mask, position_ids)
         local_logits = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+        return SimpleNamespace(logits=self._full_output(local_logits))
+
+    def _full_output(self, local_logits: torch.Tensor) -> torch.Tensor:
+        """``[B, S, V_pad / tp]`` → ``[B, S, V]``: gathered over TP, the vocabulary padding dropped."""
+        from megatron.core import tensor_parallel
+
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(local_logits)  # [B, S, V_pad]
-        return SimpleNamespace(logits=logits[..., : self.vocab_size])
+        return logits[..., : self.vocab_size]
+
+
+class MegatronValueModel(MegatronCausalLM):
+    """The HF token-classification view (``num_labels=1``) of a value ``GPTModel``
+    (``build_gpt_model(value_head=True)``): ``module(input_ids, attention_mask, position_ids).logits`` is
+    ``[B, S, 1]``, a value per position. The :class:`ValueHead` is replicated over TP, so every TP rank already
+    holds the full output."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__(module, vocab_size=1)
+
+    def _full_output(self, local_logits: torch.Tensor) -> torch.Tensor:
+        return local_logits
+
+
+class ValueHead(nn.Linear):
+    """The value model's output layer: HF ``*ForTokenClassification.score`` (``hidden → 1``, with bias), replicated
+    on every TP rank (verl's Megatron critic uses such a layer, without the bias; the FSDP critic's HF head has one).
+
+    Called as ``GPTModel`` calls its output layer: ``(hidden [S, B, H], weight=None, runtime_gather_output=None)
+    -> (values [S, B, 1], None)``. With sequence parallelism (GPU) the sequence shards are gathered first; every TP
+    rank then computes the same values and the same loss, so the gather's backward keeps the rank's own slice
+    (``tensor_parallel_output_grad=False``) instead of summing identical gradients over TP.
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config.hidden_size, 1, bias=True, dtype=config.params_dtype)
+        self.sequence_parallel = bool(config.sequence_parallel)
+
+    def forward(self, hidden_states: torch.Tensor, weight: torch.Tensor | None = None,  # type: ignore[override]
+                runtime_gather_output: bool | None = None) -> tuple[torch.Tensor, None]:
+        if self.sequence_parallel:
+            from megatron.core import tensor_parallel
+
+            hidden_states = tensor_parallel.gather_from_sequence_parallel_region(
+                hidden_states, tensor_parallel_output_grad=False
+            )
+        return super().forward(hidden_states), None
+
+    @torch.no_grad()
+    def load_hf(self, score: dict[str, torch.Tensor]) -> None:
+        """Copy an HF ``score`` head: ``{"weight": [1, H], "bias": [1]}``."""
+        self.weight.copy_(score["weight"].to(self.weight.dtype))
+        self.bias.copy_(score["bias"].to(self.bias.dtype))
+
+
+def load_hf_value_head(model_config: Any) -> tuple[dict[str, torch.Tensor], Any]:
+    """The value head the FSDP critic / reward model gets from ``model_config.path``, and the HF config:
+    ``({"weight": [1, H], "bias": [1]} fp32 on CPU, hf_config)``.
+
+    The folder is loaded as the FSDP workers load it (``AutoModelForTokenClassification``, ``num_labels=1``, under
+    seed 0, ``model_config.override_config`` applied): its own ``score`` tensors when it has them (a reward model,
+    a saved critic; a sequence-classification head without bias gets HF's zero bias), else HF's fresh initialisation,
+    so a Megatron critic starts from the very head an FSDP critic would. Costs one HF load of the model per rank.
+    """
+    from omegaconf import OmegaConf
+
+    from hybridrl.workers.engine.model_loader import load_hf_model
+
+    # plain containers: the HF config keeps them (critic.model.override_config.moe_config) and saves them as JSON
+    override = OmegaConf.to_container(OmegaConf.create(model_config.get("override_config") or {}), resolve=True)
+    module, hf_config = load_hf_model(model_config.path, kind="token_classification", torch_dtype=torch.float32,
+                                      override_config=override,
+                                      trust_remote_code=bool(model_config.trust_remote_code))
+    hf_config.architectures = [type(module).__name__]  # an HF copy of the value model is a token classifier
+    score = module.score
+    return {"weight": score.weight.detach().clone(), "bias": score.bias.detach().clone()}, hf_config
+
+
+def trunk_of(gpt: nn.Module) -> nn.Module:
+    """A view of a ``GPTModel``'s embedding and decoder only (parameter names unchanged): what the HF causal-LM
+    converters load into a value model, whose head is not in the causal-LM layout."""
+    trunk = nn.Module()
+    trunk.embedding = gpt.embedding
+    trunk.decoder = gpt.decoder
+    return trunk

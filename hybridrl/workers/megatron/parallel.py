@@ -12,7 +12,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["MegatronRankInfo", "init_megatron_parallel", "rank_info"]
+__all__ = ["MegatronRankInfo", "init_megatron_parallel", "megatron_grid_exists", "rank_info"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,35 @@ def init_megatron_parallel(megatron_config: Any, device_name: str) -> MegatronRa
             expert_model_parallel_size=int(megatron_config.expert_model_parallel_size),
             expert_tensor_parallel_size=_optional_int(megatron_config.expert_tensor_parallel_size),
         )
+    else:
+        _check_same_grid(megatron_config)
     tensor_parallel.model_parallel_cuda_manual_seed(int(megatron_config.seed))
     return rank_info()
+
+
+def megatron_grid_exists() -> bool:
+    """Whether this process already holds megatron-core's parallel groups (made by a colocated worker)."""
+    from megatron.core import parallel_state
+
+    return parallel_state.model_parallel_is_initialized()
+
+
+def _check_same_grid(megatron_config: Any) -> None:
+    """One process holds one megatron-core grid: workers colocated in it (actor, critic, reward model on one
+    resource pool) must ask for the same TP/PP/CP sizes; the second one cannot get its own."""
+    from megatron.core import parallel_state as ps
+
+    held = {"tensor_model_parallel_size": ps.get_tensor_model_parallel_world_size(),
+            "pipeline_model_parallel_size": ps.get_pipeline_model_parallel_world_size(),
+            "context_parallel_size": ps.get_context_parallel_world_size()}
+    wanted = {key: int(megatron_config[key]) for key in held}
+    if wanted != held:
+        raise ValueError(
+            f"megatron: this process already holds a megatron-core grid {held}, another worker in it asks for "
+            f"{wanted}. Workers colocated on one resource pool share the grid: set their *.megatron parallel sizes "
+            "equal, or give the critic / reward model its own pool (critic.enable_resource_pool, "
+            "reward_model.enable_resource_pool)."
+        )
 
 
 def _optional_int(value: Any) -> int | None:

@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["hf_to_mcore_tensor", "iter_hf_weights", "load_hf_weights", "mcore_to_hf_tensors", "read_hf_state_dict"]
+__all__ = ["hf_to_mcore_tensor", "iter_hf_weights", "load_hf_weights", "mcore_to_hf_tensors", "merge_tp_shards",
+           "read_hf_state_dict"]
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _DIRECT = {
@@ -157,10 +158,15 @@ def _merge_tp(name: str, param: torch.Tensor, tp_group: Any, tp_size: int) -> to
     """The full tensor of a TP-sharded parameter (collective over the TP group)."""
     shards = [torch.empty_like(param) for _ in range(tp_size)]
     dist.all_gather(shards, param.detach().contiguous(), group=tp_group)
+    return merge_tp_shards(name, shards, param.partition_dim)
+
+
+def merge_tp_shards(name: str, shards: list[torch.Tensor], partition_dim: int) -> torch.Tensor:
+    """The full tensor from its TP shards in rank order (``linear_fc1``: every rank's gate rows, then the up rows)."""
     if name.endswith("mlp.linear_fc1.weight"):
         gates, ups = zip(*(shard.chunk(2, dim=0) for shard in shards))
         return torch.cat([*gates, *ups], dim=0)
-    return torch.cat(shards, dim=param.partition_dim)
+    return torch.cat(shards, dim=partition_dim)
 
 
 @torch.no_grad()

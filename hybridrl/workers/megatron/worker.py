@@ -11,7 +11,8 @@ registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_r
 ``update_actor`` split the batch over DP ranks, give every rank of a TP group the same slice and collect from
 TP rank 0 (``make_nd_compute_dataproto_dispatch_fn``). ``generate_sequences`` keeps the FSDP worker's
 ``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
-(``world / (TP × PP × CP)``). Not implemented yet (they raise): PP/CP > 1, megatron offload, checkpoints.
+(``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not implemented yet
+(they raise): PP/CP > 1, megatron offload.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from hybridrl.workers.megatron.engine import (
     build_megatron_optimizer,
     export_hf_weights,
 )
-from hybridrl.workers.megatron.parallel import init_megatron_parallel
+from hybridrl.workers.megatron.parallel import init_megatron_parallel, megatron_grid_exists
 
-__all__ = ["MegatronActorRolloutRefWorker", "model_parallel_size"]
+__all__ = ["MegatronActorRolloutRefWorker", "compute_dtype", "data_parallel_size", "model_parallel_size",
+           "refuse_megatron_offload"]
 
 _OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
 _PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
@@ -49,7 +51,30 @@ def model_parallel_size(megatron_config: Any) -> int:
             * int(megatron_config.context_parallel_size))
 
 
-def _compute_dtype(device_name: str) -> torch.dtype:
+def data_parallel_size(world_size: int, megatron_config: Any, section: str) -> int:
+    """Data-parallel ranks of a worker group of ``world_size`` ranks: ``world / (TP × PP × CP)``.
+
+    Raises:
+        ValueError: ``world_size`` is not a multiple of ``TP × PP × CP`` (``section``: the megatron section's path).
+    """
+    parallel = model_parallel_size(megatron_config)
+    if world_size % parallel:
+        raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
+                         f"({section}.*_parallel_size)")
+    return world_size // parallel
+
+
+def refuse_megatron_offload(megatron_config: Any, section: str) -> None:
+    """Raise NotImplementedError when ``section`` (a megatron section's path) turns on param/grad/optimizer offload
+    (not implemented yet; a reference's section has ``param_offload`` only)."""
+    enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
+    if enabled:
+        raise NotImplementedError(
+            f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False."
+        )
+
+
+def compute_dtype(device_name: str) -> torch.dtype:
     """bf16 parameters on GPU (verl's Megatron workers); fp32 on CPU, where bf16 matmuls are slow and inexact."""
     return torch.bfloat16 if device_name == "cuda" else torch.float32
 
@@ -61,27 +86,26 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     def __init__(self, config: Any, role: str, plan: PolicyWorkerPlan | None = None) -> None:
         super().__init__(config, role, plan)
+        # a reference-only worker colocated with the actor's (the trainer's RefPolicy on the actor's pool) runs on the
+        # grid the actor's worker made in this process, as in verl 0.5; alone it has its own ref.megatron layout
+        self._on_actor_layout = self._is_actor or self._is_rollout or megatron_grid_exists()
         rank = init_megatron_parallel(self._megatron_section(), self._device_name)
         self._register_dispatch_collect_info(MESH, dp_rank=rank.dp_rank, is_collect=rank.is_collect_rank)
 
     def _megatron_section(self) -> Any:
-        return self.config.actor.megatron if self._is_actor or self._is_rollout else self.config.ref.megatron
+        on_actor_layout = getattr(self, "_on_actor_layout", self._is_actor or self._is_rollout)
+        return self.config.actor.megatron if on_actor_layout else self.config.ref.megatron
 
     def _standalone_plan(self, world_size: int) -> PolicyWorkerPlan:
-        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch)."""
-        parallel = model_parallel_size(self._megatron_section())
-        if world_size % parallel:
-            raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
-                             "(actor_rollout_ref.actor.megatron.*_parallel_size)")
-        return super()._standalone_plan(world_size // parallel)
+        """Per-rank sizes over the data-parallel ranks only (a TP group shares one slice of the batch). The batch plan
+        divides the ranks by the actor's TP × PP × CP itself (strategy=megatron), as the driver's plan does; a
+        reference-only worker on its own ``ref.megatron`` layout is planned as the group whose actor layout gives its dp."""
+        section = "actor.megatron" if self._is_actor or self._is_rollout else "ref.megatron"
+        dp_size = data_parallel_size(world_size, self._megatron_section(), f"actor_rollout_ref.{section}")
+        return super()._standalone_plan(dp_size * model_parallel_size(self.config.actor.megatron))
 
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
-        # the reference's section has param_offload only
-        enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
-        if enabled:
-            raise NotImplementedError(
-                f"strategy=megatron: megatron.{enabled[0]}=True is not implemented yet; set it False."
-            )
+        refuse_megatron_offload(megatron_config, "megatron")
         if not hasattr(self, "hf_config"):
             from transformers import AutoConfig
 
@@ -89,7 +113,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             trust = bool(model_config.trust_remote_code)
             self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=trust)
         return build_megatron_model(self.config.model.path, self.hf_config, megatron_config,
-                                    _compute_dtype(self._device_name), self._device_name, trainable=trainable)
+                                    compute_dtype(self._device_name), self._device_name, trainable=trainable)
 
     def _build_actor(self, use_remove_padding: bool) -> None:
         actor_config = self.config.actor
@@ -117,7 +141,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
         megatron_config = ref_config.megatron
-        if self._is_actor or self._is_rollout:  # verl: a reference in the actor's worker uses the actor's layout
+        if self._on_actor_layout:  # verl: a reference in (or next to) the actor's worker uses the actor's layout
             layout = {key: self.config.actor.megatron[key] for key in _PARALLEL_KEYS}
             megatron_config = OmegaConf.merge(megatron_config, layout)
         ref_model = self._build_model(megatron_config, trainable=False)
@@ -157,15 +181,46 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
         return contextlib.nullcontext()
 
-    # ------------------------------------------------------------------ checkpoints (not implemented yet)
+    # ------------------------------------------------------------------ checkpoints
+
+    def _megatron_optimizer(self) -> Any:
+        """megatron-core's optimizer inside the actor's :class:`MegatronOptimizerHandle` (None: no actor role)."""
+        return getattr(self.actor_optimizer, "optimizer", None) if self._is_actor else None
+
+    def _checkpoint_contents(self, key: str) -> list[str]:
+        from hybridrl.workers.engine.checkpoint import checkpoint_contents
+
+        return checkpoint_contents(self.config.actor.checkpoint, key)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
                         max_ckpt_to_keep: int | None = None) -> None:
-        raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
+        """Save the actor (TP/PP shards, optimizer, LR scheduler, RNG) in verl's per-rank Megatron layout under
+        ``local_path`` (:mod:`hybridrl.workers.megatron.checkpoint`); refused (DivergenceError) after a non-finite
+        step, as the FSDP worker's."""
+        from hybridrl.workers.megatron.checkpoint import save_megatron_checkpoint
+
+        if hdfs_path is not None:
+            raise NotImplementedError("hdfs_path is not supported; checkpoints are written to local_path only.")
+        if self._is_actor and self.actor.divergence_guard is not None:
+            self.actor.divergence_guard.check_savable(self.actor_module)
+        save_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
+                                 save_contents=self._checkpoint_contents("save_contents"),
+                                 tokenizer=self.tokenizer, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(
         self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
     ) -> None:
-        raise NotImplementedError("strategy=megatron: checkpoints are not implemented yet (issue 20)")
+        """Restore the actor from ``local_path`` (None: no-op); the rollout re-syncs before the next generation.
+        ``del_local_after_load`` is accepted for verl's signature and ignored (the folder is kept)."""
+        from hybridrl.workers.megatron.checkpoint import load_megatron_checkpoint
+
+        if local_path is None:
+            return
+        if hdfs_path is not None:
+            raise NotImplementedError("hdfs_path is not supported; pass a local checkpoint folder.")
+        load_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
+                                 load_contents=self._checkpoint_contents("load_contents"))
+        if self.rollout is not None:
+            self.rollout.mark_weights_stale()

@@ -1,0 +1,129 @@
+"""``python -m hybridrl.trainer.main_ppo --config-name ppo_megatron_trainer`` end to end on CPU (.venv-megatron).
+
+Real Ray, 2 Megatron workers over gloo, the hf rollout synced from the Megatron actor (HF tensors gathered over TP),
+the tiny GQA Qwen2 (4 query / 2 KV heads), 2 steps:
+
+    GRPO   TP=2 (one data-parallel rank: both TP ranks get the same slice), the reference inside the policy worker;
+           a checkpoint per step, resume from step 1 (step 2 reproduced), model_merger --backend megatron
+    PPO    TP=1, DP=2, with the Megatron critic (critic.strategy=megatron) colocated with the actor; checkpoint of
+           both at step 2
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.trainer.conftest import arithmetic_data_dir  # noqa: F401 - the fixture, shared with the FSDP e2e tests
+from tests.trainer.e2e import failure_report, grpo_args, ppo_overrides, read_metrics, run_main_ppo, run_module
+
+pytestmark = pytest.mark.slow
+
+MEGATRON_CONFIG = ["--config-name", "ppo_megatron_trainer"]
+
+
+def megatron_grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, tp_size: int, **overrides: object) -> list[str]:
+    """The FSDP e2e tests' GRPO run (tests/trainer/e2e.py) on the Megatron config: TP ``tp_size`` on 2 ranks,
+    validation before training and at step 2, no checkpoint unless ``overrides`` set trainer.save_freq."""
+    megatron = {
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": tp_size,
+        "trainer.save_freq": -1,
+        **overrides,
+    }
+    return [*MEGATRON_CONFIG, *grpo_args(model_dir, data_dir, ckpt_dir, **megatron)]
+
+
+def _finite(metrics: dict[str, float], name: str) -> float:
+    value = metrics[name]
+    assert math.isfinite(value), f"{name}={value}"
+    return value
+
+
+def test_grpo_megatron_tp2_checkpoint_resume_and_merge(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path):  # noqa: F811
+    """Run A: 2 steps, validation at steps 0 and 2, a checkpoint after each step. Run B: resume from step 1's
+    checkpoint and train step 2 again: its metrics equal run A's step 2. Then step 2's actor merges to an HF folder."""
+    ckpt, metrics_a = str(tmp_path / "ckpt"), str(tmp_path / "a.jsonl")
+    proc = run_main_ppo(megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, ckpt, tp_size=2,
+                                           **{"trainer.save_freq": 1}), metrics_a)
+    assert proc.returncode == 0, failure_report(proc)
+    # the driver's plan counts data-parallel ranks: 2 ranks / TP 2 = dp 1, so a rank's mini-batch is 4 x 4 = 16 samples
+    assert "world 2 / TP·PP·CP 2" in proc.stdout, proc.stdout[-3000:]
+    assert "[trainer] global_pool: actor_rollout_ref on 2 rank(s)" in proc.stdout  # the reference in the policy worker
+    run_a = read_metrics(metrics_a)
+    _assert_grpo_metrics(run_a)
+
+    resumed = {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": f"{ckpt}/global_step_1",
+               "trainer.val_before_train": False, "trainer.test_freq": -1}
+    metrics_b = str(tmp_path / "b.jsonl")
+    proc = run_main_ppo(megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, str(tmp_path / "ckpt_b"),
+                                           tp_size=2, **resumed), metrics_b)
+    assert proc.returncode == 0, failure_report(proc)
+    assert f"[checkpoint] resuming from {ckpt}/global_step_1 (global step 1)" in proc.stdout
+    run_b = read_metrics(metrics_b)
+    assert sorted(run_b) == [2]
+    for name in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl",
+                 "critic/score/mean", "response_length/mean"):  # same weights, optimizer, RNG and data: same step
+        assert run_b[2][name] == run_a[2][name], name  # fp32 on CPU, same kernels in the same order: bit-exact
+
+    hf_dir = tmp_path / "merged"
+    merged = run_module("hybridrl.model_merger", ["merge", "--backend", "megatron", "--local_dir",
+                                                  f"{ckpt}/global_step_2/actor", "--target_dir", str(hf_dir)],
+                        str(tmp_path / "unused.jsonl"), timeout=300)
+    assert merged.returncode == 0, failure_report(merged)
+    _assert_trained_hf_folder(tiny_gqa_qwen2_dir, str(hf_dir))
+
+
+def _assert_grpo_metrics(metrics: dict[int, dict[str, float]]) -> None:
+    """Validation at steps 0 and 2, finite losses, the hf rollout synced from the Megatron actor, the actor moved."""
+    assert sorted(metrics) == [0, 1, 2]  # step 0 = validation before training
+    for step in (0, 2):
+        assert 0.0 <= _finite(metrics[step], "val-core/arithmetic/reward/mean@1") <= 1.0
+    for step in (1, 2):
+        for name in ("actor/pg_loss", "actor/entropy", "critic/score/mean", "actor/pg_clipfrac"):
+            _finite(metrics[step], name)
+        assert _finite(metrics[step], "actor/grad_norm") > 0
+    # step 1 generates with the weights synced for the validation at step 0; step 2 after step 1's update: the hf
+    # rollout received the Megatron actor's 26 HF tensors (gathered over TP) and verified a sample of them
+    assert metrics[2]["rollout/weight_sync_tensors"] == 26 and metrics[2]["rollout/weight_sync_verified_tensors"] > 0
+    # step 1's update moved the actor away from the (frozen) reference: step 2's KL loss is positive
+    assert _finite(metrics[2], "actor/kl_loss") > 0
+    assert metrics[2]["training/global_step"] == 2
+    assert "critic/vf_loss" not in metrics[2]  # GRPO has no critic
+
+
+def _assert_trained_hf_folder(initial_dir: str, merged_dir: str) -> None:
+    """The merged folder loads with transformers, has the initial model's tensors (names, shapes) and new values."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    initial = AutoModelForCausalLM.from_pretrained(initial_dir).state_dict()
+    trained = AutoModelForCausalLM.from_pretrained(merged_dir).state_dict()
+    assert {k: v.shape for k, v in trained.items()} == {k: v.shape for k, v in initial.items()}
+    assert all(torch.isfinite(value).all() for value in trained.values())
+    changed = [name for name in initial if not torch.equal(initial[name], trained[name])]
+    assert len(changed) > len(initial) // 2, changed  # two Adam steps at lr 1e-3 move (almost) every tensor
+
+
+def test_ppo_megatron_critic_dp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path):  # noqa: F811
+    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    ppo = {**ppo_overrides(tiny_gqa_qwen2_dir), "trainer.test_freq": -1, "trainer.val_before_train": False,
+           "trainer.save_freq": 2}
+    args = megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, ckpt, tp_size=1, **ppo)
+    proc = run_main_ppo(args, metrics_file)
+    assert proc.returncode == 0, failure_report(proc)
+    assert "world 2 / TP·PP·CP 1" in proc.stdout  # dp 2: 8 samples per step, 4 per rank
+    assert "[trainer] global_pool: actor_rollout_ref, critic on 2 rank(s)" in proc.stdout, proc.stdout[-3000:]
+    metrics = read_metrics(metrics_file)
+    assert sorted(metrics) == [1, 2]
+    for step in (1, 2):
+        for name in ("critic/vf_loss", "critic/values/mean", "critic/vf_explained_var", "critic/returns/mean",
+                     "actor/pg_loss", "actor/reward_kl_penalty"):
+            _finite(metrics[step], name)
+        assert _finite(metrics[step], "critic/grad_norm") > 0 and _finite(metrics[step], "actor/grad_norm") > 0
+    # KL in the reward: at step 1 the actor is still the reference (the same weights on the same layout), at step 2
+    # step 1's update has moved it
+    assert abs(metrics[1]["actor/reward_kl_penalty"]) < 1e-6 < abs(metrics[2]["actor/reward_kl_penalty"])
+    for role in ("actor", "critic"):  # both Megatron roles wrote a complete per-rank checkpoint at step 2
+        folder = tmp_path / "ckpt" / "global_step_2" / role
+        assert (folder / "megatron_checkpoint.json").is_file() and (folder / "checkpoint_complete.json").is_file()

@@ -144,6 +144,16 @@ def varlen_mask(
     )
 
 
+def _mask_interface_matches() -> bool:
+    """Whether transformers' mask functions take ``q_length`` (5.x), the signature :func:`varlen_mask` implements;
+    transformers 4.x (the Megatron environment) passes ``cache_position`` instead, so its models keep ``sdpa``."""
+    import inspect
+
+    from transformers.masking_utils import sdpa_mask
+
+    return "q_length" in inspect.signature(sdpa_mask).parameters
+
+
 def register_varlen_attention() -> str:
     """Register ``hybridrl_varlen`` (attention + mask function) with transformers; returns the name."""
     from transformers import AttentionInterface
@@ -157,12 +167,12 @@ def register_varlen_attention() -> str:
 def use_varlen_attention(model: nn.Module) -> bool:
     """Switch a loaded HF model from ``sdpa`` to ``hybridrl_varlen``; returns whether it did.
 
-    Only text models that run transformers' attention interface (``_supports_attention_backend``) and resolved
+    Only text models on transformers 5.x that run transformers' attention interface (``_supports_attention_backend``) and resolved
     to ``sdpa`` switch: eager, flash-attention, flex and Ulysses models keep their attention, and multimodal
     configs (whose masks carry extra overlays) are left alone.
     """
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa" or not _mask_interface_matches():
         return False
     if not getattr(model, "_supports_attention_backend", False) or hasattr(config, "vision_config"):
         return False

@@ -148,7 +148,7 @@ class DecodeOptions:
 
     Attributes:
         kv_cache: ``preallocated`` (``kv_cache.PreallocatedCache``: in-place writes; falls back to ``dynamic`` for
-            sliding-window/hybrid models) or ``dynamic`` (transformers' ``DynamicCache``, a ``torch.cat`` per step).
+            sliding-window/hybrid models and on transformers 4.x) or ``dynamic`` (transformers' ``DynamicCache``, a ``torch.cat`` per step).
         draw: ``multinomial`` (the seeded samples of every earlier version) or ``inverse_cdf`` (opt-in; see
             ``sample_next_tokens``).
         compact_fraction: drop finished rows from the cache once this fraction of the active rows has finished.
@@ -162,9 +162,11 @@ class DecodeOptions:
 def _new_cache(model: nn.Module, kv_cache: str, capacity: int) -> object:
     from transformers import DynamicCache
 
-    from hybridrl.workers.rollout.kv_cache import preallocated_cache_or_none
-
     if kv_cache == "preallocated":
+        try:
+            from hybridrl.workers.rollout.kv_cache import preallocated_cache_or_none
+        except ImportError:  # transformers 4.x (the Megatron environment) lacks the layer API: DynamicCache
+            return DynamicCache()
         cache = preallocated_cache_or_none(model.config, capacity)
         if cache is not None:
             return cache

@@ -29,7 +29,10 @@ LR="${LR:-1e-5}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
 TEST_FREQ="${TEST_FREQ:-5}"
 DTYPE="${ROLLOUT_DTYPE:-float32}"
-TRAIN_DTYPE="${TRAIN_DTYPE:-bf16}"        # FSDP compute dtype of the actor (fp32 master weights, fp32 log-softmax)
+TRAIN_DTYPE="${TRAIN_DTYPE:-auto}"        # FSDP compute dtype of the actor (fp32 master weights, fp32 log-softmax)
+if [ "$TRAIN_DTYPE" = auto ]; then         # bf16 only on CPUs with bf16 matmul units (else ~60x slower than fp32)
+  TRAIN_DTYPE="$("$PYTHON" -c 'from hybridrl.utils.cpu_features import has_native_bf16; print("fp32" if has_native_bf16() is False else "bf16")')"
+fi
 RECOMPUTE_OLD_LOG_PROB="${RECOMPUTE_OLD_LOG_PROB:-False}"  # one on-policy update per step: no old-log-prob pass
 EXPERIMENT="${EXPERIMENT:-smollm2_grpo_seed${SEED}}"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hybridrl.utils.config.access import MODEL, ROLLOUT, get
-from hybridrl.utils.config.errors import ConfigProblem
+from hybridrl.utils.config.errors import ConfigProblem, warn_once
+from hybridrl.utils.cpu_features import has_native_bf16
 
 ROLLOUT_ENGINES = {"hf": None, "hf_generate": None, "vllm": "vllm", "sglang": "sglang"}  # name -> module to import
 DEVICES = ("cuda", "cpu")
@@ -21,6 +22,8 @@ def check_environment(config: DictConfig, use_critic: bool) -> list[ConfigProble
     problems: list[ConfigProblem] = []
     device = get(config, "trainer.device")
     _check_device(config, device, problems)
+    if device == "cpu":
+        warn_bf16_without_cpu_support(config, has_native_bf16())
     # an engine name of its own is fine when model.external_lib may register it (rollout.register_rollout)
     custom_engines_possible = get(config, f"{MODEL}.external_lib") is not None
     _check_rollout_engine(get(config, f"{ROLLOUT}.name"), device, problems, custom_engines_possible)
@@ -135,3 +138,30 @@ def _check_model_path(key: str, value: object, problems: list[ConfigProblem]) ->
                 key, f"model folder {text!r} does not exist.", f"set {key} to a local model folder (or a hub id)."
             )
         )
+
+
+# keys whose bf16 value makes a CPU run compute in bf16 (rollout weights; FSDP mixed-precision compute)
+BF16_COMPUTE_KEYS = (
+    f"{ROLLOUT}.dtype",
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype",
+    "critic.model.fsdp_config.mixed_precision.param_dtype",
+)
+_BF16_NAMES = ("bf16", "bfloat16")
+
+
+def warn_bf16_without_cpu_support(config: DictConfig, native_bf16: bool | None) -> list[str]:
+    """Warn (once) when a CPU run computes in bf16 on a CPU without bf16 matmul units; returns the bf16 keys named.
+
+    ``rollout.dtype`` defaults to ``bfloat16`` (verl's default, right for GPUs): on an AVX2-only CPU torch emulates
+    bf16 and matmuls run ~60x slower than fp32, which looks like a hang rather than a setting.
+    """
+    if native_bf16 is not False:  # has bf16 units, or unknown (no /proc/cpuinfo): say nothing
+        return []
+    keys = [key for key in BF16_COMPUTE_KEYS if str(get(config, key)).lower() in _BF16_NAMES]
+    if keys:
+        fixes = " ".join(f"{key}={'float32' if key.endswith('.dtype') else 'fp32'}" for key in keys)
+        warn_once(f"trainer.device=cpu computes in bf16 ({', '.join(keys)}), but this CPU has no bf16 matmul units "
+                  f"(none of avx512_bf16 / amx_bf16 / bf16 in /proc/cpuinfo): bf16 runs one to two orders of magnitude "
+                  f"slower than fp32 here. Set {fixes}.")
+    return keys

@@ -95,7 +95,9 @@ _NULLABLE = frozenset({"recompute_granularity", "recompute_method", "recompute_n
 
 def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_process: bool = True,
                     post_process: bool = True, value_head: bool = False) -> nn.Module:
-    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU.
+    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU. With
+    PP > 1 it is this pipeline stage's part: its layers, the embedding on the first stage, the final norm and
+    output layer on the last (``pre_process`` / ``post_process`` from megatron-core's parallel state).
 
     ``value_head``: a value model (critic, reward model): output layer untied from the embeddings and replaced by
     a :class:`ValueHead` (as verl's Megatron critic replaces it by a 1-output linear layer).
@@ -105,6 +107,9 @@ def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_proces
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     spec = get_gpt_decoder_block_spec(config, use_transformer_engine=device_name == "cuda")
+    if parallel_state.get_pipeline_model_parallel_world_size() > 1:  # this stage's part (embedding / head)
+        pre_process = parallel_state.is_pipeline_first_stage()
+        post_process = parallel_state.is_pipeline_last_stage()
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     model = GPTModel(
         config=config,
@@ -148,19 +153,29 @@ class MegatronCausalLM(nn.Module):
         vocab_size: the HF vocabulary ``V`` (logits past it, the TP padding, are dropped).
     """
 
-    def __init__(self, module: nn.Module, vocab_size: int) -> None:
+    def __init__(self, module: nn.Module, vocab_size: int, post_process: bool = True) -> None:
         super().__init__()
         self.module = module
         self.vocab_size = vocab_size
+        self.post_process = post_process
+        self.stage_output: torch.Tensor | None = None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, **_: Any) -> SimpleNamespace:
-        """Returns ``.logits [B, S, V]`` (fp32 on CPU), differentiable; the TP gather splits the gradient back."""
+        """Returns ``.logits [B, S, V]`` (fp32 on CPU), differentiable; the TP gather splits the gradient back.
+
+        On a pipeline stage other than the last (``post_process=False``) the model's output is the hidden state
+        ``[S, B, H]`` for the next stage: kept in :attr:`stage_output`, and ``.logits`` is an empty ``[B, S, 0]``.
+        A stage other than the first reads its input from megatron-core's ``set_input_tensor`` (the schedule).
+        """
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         mask = attention_mask_for(attention_mask, position_ids)
-        local_logits = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
-        return SimpleNamespace(logits=self._full_output(local_logits))
+        output = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+        if not self.post_process:
+            self.stage_output = output
+            return SimpleNamespace(logits=output.new_empty(*input_ids.shape, 0))
+        return SimpleNamespace(logits=self._full_output(output))
 
     def _full_output(self, local_logits: torch.Tensor) -> torch.Tensor:
         """``[B, S, V_pad / tp]`` → ``[B, S, V]``: gathered over TP, the vocabulary padding dropped."""

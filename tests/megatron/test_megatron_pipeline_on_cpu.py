@@ -16,10 +16,10 @@ TOLERANCE = 1e-5
 _METRICS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm")
 
 
-def _pipeline_run(rank: int, model_dir: str, pp_size: int) -> dict:
+def _pipeline_run(rank: int, model_dir: str, pp_size: int, *overrides: str) -> dict:
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    config = policy_config(model_dir, 1, "actor_rollout_ref.rollout.response_length=4",
+    config = policy_config(model_dir, 1, "actor_rollout_ref.rollout.response_length=4", *overrides,
                            f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={pp_size}",
                            f"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp_size}")
     worker = MegatronActorRolloutRefWorker(config, role="actor_rollout_ref")
@@ -51,11 +51,23 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def test_pp2_equals_pp1_and_hf(tmp_path, tiny_gqa_qwen2_dir):
-    pp1 = run_ranks(_pipeline_run, 1, tmp_path / "pp1", tiny_gqa_qwen2_dir, 1)[0]
-    pp2 = run_ranks(_pipeline_run, 2, tmp_path / "pp2", tiny_gqa_qwen2_dir, 2)
+    """Tied Qwen2 (the last stage's output layer is a copy of the embedding, kept equal through its gradients),
+    padded rows."""
+    _compare_pp2_with_pp1_and_hf(tmp_path, tiny_gqa_qwen2_dir)
+
+
+def test_pp2_equals_pp1_and_hf_on_packed_rows(tmp_path, tiny_gqa_llama_dir):
+    """Untied Llama (``lm_head`` on the last stage), packed rows (``use_remove_padding=True``): each micro-batch's
+    packed length differs, so the schedule sends shapes before tensors (``variable_seq_lengths``)."""
+    _compare_pp2_with_pp1_and_hf(tmp_path, tiny_gqa_llama_dir, "+actor_rollout_ref.model.use_remove_padding=True")
+
+
+def _compare_pp2_with_pp1_and_hf(tmp_path, model_dir: str, *overrides: str) -> None:
+    pp1 = run_ranks(_pipeline_run, 1, tmp_path / "pp1", model_dir, 1, *overrides)[0]
+    pp2 = run_ranks(_pipeline_run, 2, tmp_path / "pp2", model_dir, 2, *overrides)
     mask = policy_batch(seed=1).batch["response_mask"].bool()
     probe_mask = policy_batch(seed=2).batch["response_mask"].bool()
-    hf = hf_response_log_probs(tiny_gqa_qwen2_dir, policy_batch(seed=1))
+    hf = hf_response_log_probs(model_dir, policy_batch(seed=1))
     # the model is split: one decoder layer per stage, the embedding on stage 0, the output layer on stage 1
     assert [(r["layers"], r["embedding"], r["output_layer"]) for r in pp2] == [(1, 1, 0), (1, 0, 1)]
     assert (pp1["layers"], pp1["embedding"], pp1["output_layer"]) == (2, 1, 1)

@@ -10,7 +10,7 @@ over PP) and greedy decoding. Tolerances (fp32): 1e-5 absolute on log-probs, 1e-
 from __future__ import annotations
 
 import torch
-from megatron_testlib import hf_response_log_probs, policy_batch, policy_config, run_ranks
+from megatron_testlib import greedy_prompts, hf_response_log_probs, policy_batch, policy_config, run_ranks
 
 TOLERANCE = 1e-5
 _METRICS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm")
@@ -31,11 +31,7 @@ def _pipeline_run(rank: int, model_dir: str, pp_size: int, *overrides: str) -> d
     metrics = worker.update_actor(data).meta_info["metrics"]
     after = worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"]
     ref = worker.compute_ref_log_prob(data).batch["ref_log_prob"]
-    prompts = policy_batch(seed=2).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
-    for key in ("input_ids", "attention_mask", "position_ids"):
-        prompts.batch[key] = prompts.batch[key][:, :6]
-    prompts.meta_info["do_sample"] = False
-    generated = worker.generate_sequences(prompts)
+    generated = worker.generate_sequences(greedy_prompts(seed=2))
     sync = generated.meta_info["metrics"]
     gpt = worker.actor_model.gpt  # this stage's part of the model
     stage = {"layers": len(gpt.decoder.layers), "embedding": int(hasattr(gpt, "embedding")),

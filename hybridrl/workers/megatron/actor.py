@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridrl.workers.actor.dp_actor import DataParallelPPOActor
 import torch
 
+from hybridrl.workers.actor.dp_actor import DataParallelPPOActor
 from hybridrl.workers.megatron import pipeline
 from hybridrl.workers.megatron.engine import MegatronModel
 

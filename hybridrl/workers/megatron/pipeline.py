@@ -28,7 +28,7 @@ import torch.distributed as dist
 from hybridrl.workers.actor.forward import forward_response
 from hybridrl.workers.megatron.model import MegatronCausalLM
 
-__all__ = ["broadcast_from_last_stage", "pipeline_size", "run_pipeline"]
+__all__ = ["broadcast_from_last_stage", "broadcast_objects_from_last_stage", "pipeline_size", "run_pipeline"]
 
 # last_stage_fn(micro_batch, index) -> (tensor the schedule treats as the output: a loss or anything, payload)
 LastStageFn = Callable[[Any, int], tuple[torch.Tensor, Any]]

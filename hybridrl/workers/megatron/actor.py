@@ -90,12 +90,14 @@ class MegatronPPOActor(DataParallelPPOActor):
         payloads = pipeline.run_pipeline(self.actor_module, micro_batches, self.use_remove_padding, last_stage,
                                          forward_only=True)
         rows = sum(int(micro_batch["responses"].shape[0]) for micro_batch in micro_batches)
-        shape = (rows, int(micro_batches[0]["responses"].shape[1]))
+        responses = micro_batches[0]["responses"]
+        shape, device = (rows, int(responses.shape[1])), responses.device
         log_probs = pipeline.broadcast_from_last_stage(
-            torch.cat([p[0] for p in payloads]) if payloads else None, shape)
+            torch.cat([p[0] for p in payloads]) if payloads else None, shape, device)
         if not calculate_entropy:
             return [log_probs], []
-        entropys = pipeline.broadcast_from_last_stage(torch.cat([p[1] for p in payloads]) if payloads else None, shape)
+        entropys = pipeline.broadcast_from_last_stage(
+            torch.cat([p[1] for p in payloads]) if payloads else None, shape, device)
         return [log_probs], [entropys]
 
     def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: Any) -> list[dict[str, float]]:

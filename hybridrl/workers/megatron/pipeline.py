@@ -80,13 +80,14 @@ def run_pipeline(causal_lm: MegatronCausalLM, micro_batches: list, use_remove_pa
     return payloads
 
 
-def broadcast_from_last_stage(tensor: torch.Tensor | None, shape: tuple[int, ...],
+def broadcast_from_last_stage(tensor: torch.Tensor | None, shape: tuple[int, ...], device: torch.device,
                               dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The last stage's ``tensor`` on every rank of the pipeline group (others pass None and its ``shape``)."""
+    """The last stage's ``tensor`` on every rank of the pipeline group (others pass None, its ``shape`` and the
+    batch's ``device``: NCCL needs the receiving buffer on the GPU)."""
     from megatron.core import parallel_state
 
     if tensor is None:
-        tensor = torch.empty(shape, dtype=dtype)
+        tensor = torch.empty(shape, dtype=dtype, device=device)
     tensor = tensor.contiguous()
     dist.broadcast(tensor, src=parallel_state.get_pipeline_model_parallel_last_rank(),
                    group=parallel_state.get_pipeline_model_parallel_group())

@@ -214,13 +214,14 @@ def iter_hf_weights(model: nn.Module, hf_config: Any) -> Iterator[tuple[str, tor
     group = parallel_state.get_pipeline_model_parallel_group()
     ranks = dist.get_process_group_ranks(group)
     my_stage = parallel_state.get_pipeline_model_parallel_rank()
+    device = next(model.parameters()).device  # NCCL receives into GPU buffers
     for stage, src in enumerate(ranks):
         local = _iter_stage_hf_weights(model, hf_config) if stage == my_stage else None
-        yield from _broadcast_stage(local, src, group)
+        yield from _broadcast_stage(local, src, group, device)
 
 
-def _broadcast_stage(local: Iterator[tuple[str, torch.Tensor]] | None, src: int,
-                     group: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def _broadcast_stage(local: Iterator[tuple[str, torch.Tensor]] | None, src: int, group: Any,
+                     device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
     """One stage's ``(name, tensor)`` stream from global rank ``src`` to its PP group (``local`` None on receivers):
     per tensor its name, shape and dtype as an object, then the tensor; a None header ends the stream."""
     while True:
@@ -230,7 +231,7 @@ def _broadcast_stage(local: Iterator[tuple[str, torch.Tensor]] | None, src: int,
         if header[0] is None:
             return
         name, shape, dtype = header[0]
-        tensor = item[1].contiguous() if item is not None else torch.empty(shape, dtype=dtype)
+        tensor = item[1].contiguous() if item is not None else torch.empty(shape, dtype=dtype, device=device)
         dist.broadcast(tensor, src=src, group=group)
         yield name, tensor
 

@@ -78,13 +78,14 @@ def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, 
 
 
 def _refuse_unsupported_layout(megatron_config: Any, device_name: str, value_model: bool) -> None:
-    """NotImplementedError for the layouts not built yet: CP > 1 (megatron-core's context parallelism needs
-    TransformerEngine's attention; the local spec's ``DotProductAttention`` asserts ``context_parallel_size == 1``),
-    and PP > 1 with mbridge or for a value model (PP is built for the policy with the built-in converter)."""
-    if int(megatron_config.context_parallel_size) > 1:
+    """NotImplementedError for the layouts that cannot run: CP > 1 on CPU (megatron-core's context parallelism needs
+    TransformerEngine's attention; the local spec's ``DotProductAttention`` asserts ``context_parallel_size == 1``;
+    on GPU it is written, :mod:`hybridrl.workers.megatron.context_parallel`, but has never run), and PP > 1 with
+    mbridge or for a value model (PP is built for the policy with the built-in converter)."""
+    if int(megatron_config.context_parallel_size) > 1 and device_name != "cuda":
         raise NotImplementedError(
-            "strategy=megatron: context_parallel_size > 1 is not implemented (megatron-core's context parallelism "
-            "needs TransformerEngine attention, which cannot run on CPU); set it to 1."
+            "strategy=megatron: context_parallel_size > 1 needs the GPU (megatron-core's context parallelism runs "
+            "only in TransformerEngine attention, which cannot run on CPU); set it to 1 on CPU."
         )
     if int(megatron_config.pipeline_model_parallel_size) > 1 and (value_model or bool(megatron_config.use_mbridge)):
         raise NotImplementedError(

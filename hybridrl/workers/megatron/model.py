@@ -7,6 +7,9 @@ an HF causal LM: ``module(input_ids, attention_mask, position_ids) -> .logits [B
 Positions: megatron-core's rotary embedding uses positions ``0..S-1`` of the row, not ``position_ids``. RoPE
 scores depend only on ``i − j``, so with the pad keys masked out a left-padded row gives the same logits as
 HF's shifted positions, and a packed row (positions restarting at 0) gives them with a block-diagonal mask.
+
+Context parallelism (CP > 1, GPU only, never run yet): the view feeds the model this CP rank's THD slice and
+gathers the outputs over CP (:mod:`hybridrl.workers.megatron.context_parallel`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hybridrl.workers.megatron import context_parallel
 
 __all__ = ["MegatronCausalLM", "MegatronValueModel", "ValueHead", "attention_mask_for", "build_gpt_model",
            "load_hf_value_head", "padded_vocab_size", "transformer_config", "trunk_of"]
@@ -170,12 +175,26 @@ class MegatronCausalLM(nn.Module):
         """
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        if context_parallel.context_parallel_size() > 1:
+            return self._forward_context_parallel(input_ids, attention_mask, position_ids)
         mask = attention_mask_for(attention_mask, position_ids)
         output = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
         if not self.post_process:
             self.stage_output = output
             return SimpleNamespace(logits=output.new_empty(*input_ids.shape, 0))
         return SimpleNamespace(logits=self._full_output(output))
+
+    def _forward_context_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                                  position_ids: torch.Tensor) -> SimpleNamespace:
+        """CP > 1 (GPU, TransformerEngine spec; never run yet): this CP rank's THD slice through the model, the
+        outputs gathered over CP into the caller's layout (:mod:`hybridrl.workers.megatron.context_parallel`)."""
+        inputs = context_parallel.context_parallel_inputs(input_ids, attention_mask, position_ids)
+        output = self.module(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=None,
+                             packed_seq_params=inputs.packed_seq_params)
+        if not self.post_process:  # the hidden state of this rank's slice [T / CP, 1, H], for the next stage
+            self.stage_output = output
+            return SimpleNamespace(logits=output.new_empty(*input_ids.shape, 0))
+        return SimpleNamespace(logits=context_parallel.gather_outputs(self._full_output(output), inputs))
 
     def _full_output(self, local_logits: torch.Tensor) -> torch.Tensor:
         """``[B, S, V_pad / tp]`` → ``[B, S, V]``: gathered over TP, the vocabulary padding dropped."""

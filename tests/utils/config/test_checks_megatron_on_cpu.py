@@ -45,7 +45,6 @@ def test_model_parallel_size_must_divide_the_ranks():
 
 
 @pytest.mark.parametrize("key,value,fix", [
-    ("context_parallel_size", 2, "set it to 1"),
     ("virtual_pipeline_model_parallel_size", 2, "set it to null"),
     ("expert_model_parallel_size", 2, "set it to 1"),
     ("param_offload", True, "set it to False"),
@@ -58,9 +57,25 @@ def test_what_the_megatron_workers_lack_is_refused_by_key(key, value, fix):
     assert "not implemented" in problems[f"{ACTOR_MEGATRON}.{key}"] and fix in problems[f"{ACTOR_MEGATRON}.{key}"]
 
 
-def test_context_parallel_refusal_says_why_it_cannot_run_on_cpu():
-    message = _problems(f"{ACTOR_MEGATRON}.context_parallel_size=2")[f"{ACTOR_MEGATRON}.context_parallel_size"]
-    assert "TransformerEngine attention" in message and "context_parallel_size == 1" in message
+def test_context_parallel_refusal_on_cpu_says_it_is_gpu_only_and_untested():
+    key = f"{ACTOR_MEGATRON}.context_parallel_size"
+    message = _problems(f"{key}=2")[key]
+    assert "implemented for the GPU path only (TransformerEngine layer spec, untested)" in message
+    assert "context_parallel_size == 1" in message and "set it to 1 on CPU" in message
+    # the critic's section is checked the same way
+    assert "critic.megatron.context_parallel_size" in _problems(
+        "critic.megatron.context_parallel_size=2", "algorithm.adv_estimator=gae", "critic.enable_resource_pool=True")
+
+
+def test_context_parallel_on_gpu_passes_with_a_never_ran_warning(monkeypatch):
+    from hybridrl.utils.config import errors
+
+    monkeypatch.setattr(errors, "_warned", set())  # warn_once: other tests of this process may have warned already
+    with pytest.warns(ConfigWarning, match="context_parallel_size=2: .* has never run on a GPU"):
+        config = compose_config("ppo_megatron_trainer", [*GRPO_4_RANKS, "trainer.device=cuda",
+                                                         f"{ACTOR_MEGATRON}.context_parallel_size=2"])
+        problems = check_megatron(config, use_critic=False, use_reference_policy=False)
+    assert problems == []
 
 
 def test_pipeline_parallel_policy_passes_with_the_builtin_converter_and_no_checkpoints():

@@ -91,6 +91,15 @@ def policy_batch(batch_size: int = 4, seed: int = 0) -> Any:
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
+def greedy_prompts(seed: int) -> Any:
+    """The 6-token prompts of :func:`policy_batch` (``input_ids, attention_mask, position_ids``) for greedy decoding."""
+    prompts = policy_batch(seed=seed).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        prompts.batch[key] = prompts.batch[key][:, :6]
+    prompts.meta_info["do_sample"] = False
+    return prompts
+
+
 def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
     """log π(response token) ``[B, R]`` under the HF model, padded layout."""
     from transformers import AutoModelForCausalLM

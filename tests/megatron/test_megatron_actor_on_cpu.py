@@ -10,7 +10,7 @@ update (measured: 4.8e-7 before, 9.5e-7 after, TP=1 and TP=2 alike), the update'
 from __future__ import annotations
 
 import torch
-from megatron_testlib import policy_batch, policy_config, run_ranks
+from megatron_testlib import greedy_prompts, policy_batch, policy_config, run_ranks
 
 LOG_PROB_TOLERANCE = 1e-5
 UPDATED_LOG_PROB_TOLERANCE = 1e-5
@@ -33,11 +33,7 @@ def _log_probs_update_probe(rank: int, model_dir: str, tp_size: int, strategy: s
     # the reference (a second, frozen Megatron model) still scores with the initial weights
     ref = worker.compute_ref_log_prob(data).batch["ref_log_prob"] if strategy == "megatron" else before
     # the hf rollout follows the updated actor: weights synced (gathered over TP), verified, then greedy decoding
-    prompts = policy_batch(seed=2).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
-    for key in ("input_ids", "attention_mask", "position_ids"):
-        prompts.batch[key] = prompts.batch[key][:, :6]
-    prompts.meta_info["do_sample"] = False
-    generated = worker.generate_sequences(prompts)
+    generated = worker.generate_sequences(greedy_prompts(seed=2))
     sync = generated.meta_info["metrics"]
     return {"before": before, "after": after, "ref": ref, "responses": generated.batch["responses"],
             "synced": sync["rollout/weight_sync_tensors"], "verified": sync["rollout/weight_sync_verified_tensors"],

@@ -6,7 +6,11 @@ rollout in its worker) by ``actor_rollout_ref.actor.strategy``, the critic by ``
 
     <section>.megatron exists                   the FSDP file has no megatron sections: --config-name ppo_megatron_trainer
     ranks % (TP × PP × CP) == 0                  data-parallel size = ranks / (TP × PP × CP), an integer
-    PP, CP, virtual PP, EP = 1; no offload       not implemented in hybridrl's Megatron workers yet (they would raise)
+    virtual PP, EP = 1; no offload              not implemented in hybridrl's Megatron workers yet (they would raise)
+    CP > 1 on GPU only (warned: never run)       written for TransformerEngine attention (GPU layer spec); megatron-
+                                                 core's local attention (CPU) asserts context_parallel_size == 1
+    PP > 1: policy only, built-in converter,     the actor / reference run megatron-core's pipeline schedule; the
+      no checkpoints                             critic, reward model, mbridge and checkpoints at PP > 1 do not yet
     critic / RM TP, PP, CP = the actor's         when colocated: megatron-core's parallel groups exist once a process
     sequence_parallel on CPU (TP > 1)            warned: megatron-core's sequence parallelism needs the GPU layer
                                                  spec; on CPU the worker builds the model without it
@@ -43,9 +47,7 @@ MEGATRON_CONFIG = "ppo_megatron_trainer"
 _WORKER_KIND = {ACTOR: "policy", "critic": "critic", "reward_model": "reward_model"}
 # megatron.* keys that must keep their "off" value: (key, what counts as on, what hybridrl lacks)
 _NOT_IMPLEMENTED = (
-    ("pipeline_model_parallel_size", lambda v: isinstance(v, int) and v > 1, "pipeline parallelism"),
     ("virtual_pipeline_model_parallel_size", lambda v: v is not None, "the interleaved (virtual) pipeline schedule"),
-    ("context_parallel_size", lambda v: isinstance(v, int) and v > 1, "context parallelism"),
     ("expert_model_parallel_size", lambda v: isinstance(v, int) and v > 1, "expert parallelism (MoE models)"),
     ("param_offload", lambda v: v is True, "megatron parameter offload"),
     ("grad_offload", lambda v: v is True, "megatron gradient offload"),
@@ -83,6 +85,8 @@ def check_megatron(config: DictConfig, use_critic: bool, use_reference_policy: b
         if section != REF:  # the reference runs on the actor's layout
             _check_divides_world(config, section, problems)
         _check_not_implemented(config, section, problems)
+        _check_context_parallel(config, section, problems)
+        _check_pipeline(config, section, problems)
         _check_colocated_layout(config, section, problems)
         _warn_sequence_parallel_on_cpu(config, section)
         _check_worker_exists(section, problems)
@@ -156,6 +160,48 @@ def _check_not_implemented(config: DictConfig, section: str, problems: list[Conf
             off = _OFF_VALUE.get(name, "1")
             problems.append(ConfigProblem(f"{megatron}.{name}", f"{value!r}: {feature} is not implemented in "
                                           "hybridrl's Megatron workers yet (TP and DP are).", f"set it to {off}."))
+
+
+def _check_context_parallel(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:
+    """CP > 1 is written for the GPU (TransformerEngine attention) and has never run; on CPU it cannot run."""
+    key = f"{section}.megatron.context_parallel_size"
+    cp = get(config, key)
+    if not (isinstance(cp, int) and cp > 1):
+        return
+    if get(config, "trainer.device") == "cpu":
+        problems.append(ConfigProblem(
+            key, f"{cp}: context parallelism is implemented for the GPU path only (TransformerEngine layer spec, "
+            "untested): megatron-core's CPU attention (the local spec's DotProductAttention) asserts "
+            "context_parallel_size == 1 and takes no packed sequences.", "set it to 1 on CPU (or run on GPU)."))
+        return
+    warn_once(f"{key}={cp}: hybridrl's context parallelism (TransformerEngine attention, THD packed sequences, "
+              "outputs all-gathered over CP) is written but has never run on a GPU; compare a step with "
+              "context_parallel_size=1 before relying on it.")
+
+
+def _check_pipeline(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:
+    """PP > 1 runs for the policy (actor, reference) with the built-in converter and without checkpoints."""
+    key = f"{section}.megatron.pipeline_model_parallel_size"
+    pp = get(config, key)
+    if not (isinstance(pp, int) and pp > 1):
+        return
+    if section not in (ACTOR, REF):
+        problems.append(ConfigProblem(key, f"{pp}: pipeline parallelism is built for the policy (actor, reference) "
+                                      f"only, not for the {section} yet.", "set it to 1."))
+        return
+    if get(config, f"{section}.megatron.use_mbridge") is True:
+        problems.append(ConfigProblem(f"{section}.megatron.use_mbridge", f"True with {key}={pp}: pipeline stages load "
+                                      "and export weights through the built-in converter only.", "set it to False."))
+    if section == ACTOR and _saves_or_resumes(config):
+        problems.append(ConfigProblem(key, f"{pp}: Megatron checkpoints (save, resume, model_merger) are not "
+                                      "implemented for pipeline-parallel layouts yet.",
+                                      "set trainer.save_freq=-1 and trainer.resume_mode=disable (or auto), or set it to 1."))
+
+
+def _saves_or_resumes(config: DictConfig) -> bool:
+    save_freq = get(config, "trainer.save_freq")
+    # resume_mode=auto without a checkpoint starts fresh; with one, the checkpoint loader refuses PP > 1 by itself
+    return (isinstance(save_freq, int) and save_freq > 0) or get(config, "trainer.resume_mode") == "resume_path"
 
 
 def _warn_sequence_parallel_on_cpu(config: DictConfig, section: str) -> None:

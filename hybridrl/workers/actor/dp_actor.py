@@ -242,16 +242,22 @@ class DataParallelPPOActor(BasePPOActor):
         temperature = self._call_temperature(meta)
         batch = data.select(batch_keys=_LOG_PROB_KEYS).batch
         micro_batches, order = self._log_prob_micro_batches(batch, meta, micro_batching)
-        log_probs, entropys = [], []
         with torch.no_grad():
-            for micro_batch in micro_batches:
-                entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
-                log_probs.append(log_prob)
-                if entropy is not None:
-                    entropys.append(entropy)
+            log_probs, entropys = self._log_probs_of(micro_batches, temperature, calculate_entropy)
         log_prob_all = restore_order(torch.cat(log_probs, dim=0), order)
         entropy_all = restore_order(torch.cat(entropys, dim=0), order) if calculate_entropy else None
         return log_prob_all, entropy_all
+
+    def _log_probs_of(self, micro_batches: list, temperature: float,
+                      calculate_entropy: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per micro-batch ``log_probs [b, R]`` and (``calculate_entropy``) ``entropys [b, R]``."""
+        log_probs, entropys = [], []
+        for micro_batch in micro_batches:
+            entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
+            log_probs.append(log_prob)
+            if entropy is not None:
+                entropys.append(entropy)
+        return log_probs, entropys
 
     # ------------------------------------------------------------------ update
 
@@ -333,14 +339,22 @@ class DataParallelPPOActor(BasePPOActor):
                     sp_token_budget(split.token_budget_per_rank, self._sp_size),
                 )
                 self.actor_optimizer.zero_grad()
-                for micro_batch in micro_batches:
-                    with activation_offload_context(self._activation_offload, self.device_name):
-                        policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
-                    (policy_loss * self._loss_scale(micro_batch)).backward()
+                for micro_metrics in self._accumulate_gradients(micro_batches, temperature, pg_loss_fn):
                     append_to_dict(metrics, micro_metrics)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})
         self.actor_optimizer.zero_grad()
         return metrics
+
+    def _accumulate_gradients(self, micro_batches: list, temperature: float,
+                              pg_loss_fn: BoundPolicyLoss) -> list[dict[str, float]]:
+        """Forward and backward of a mini-batch's micro-batches (gradients accumulate); their metrics."""
+        all_metrics = []
+        for micro_batch in micro_batches:
+            with activation_offload_context(self._activation_offload, self.device_name):
+                policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
+            (policy_loss * self._loss_scale(micro_batch)).backward()
+            all_metrics.append(micro_metrics)
+        return all_metrics
 
     def _loss_scale(self, micro_batch: Any) -> float:
         """Gradient-accumulation weight of a micro-batch (verl 0.5)."""

@@ -11,13 +11,20 @@ micro-batching, the same losses from :mod:`hybridrl.algos` and the same metrics.
 
 Gradients are averaged over DP ranks by megatron-core's DDP, as FSDP averages them, so the loss scale of a
 micro-batch is the FSDP actor's.
+
+With PP > 1 the micro-batches of a log-prob pass or of a mini-batch go through megatron-core's pipeline schedule in
+one call (:mod:`hybridrl.workers.megatron.pipeline`): the last stage computes the log-probs / the policy loss and
+metrics, which are then broadcast over the pipeline group, so every rank returns what it returns at PP = 1.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from hybridrl.workers.actor.dp_actor import DataParallelPPOActor
+from hybridrl.workers.megatron import pipeline
 from hybridrl.workers.megatron.engine import MegatronModel
 
 __all__ = ["MegatronOptimizerHandle", "MegatronPPOActor"]
@@ -68,3 +75,41 @@ class MegatronPPOActor(DataParallelPPOActor):
         assert isinstance(self.actor_optimizer, MegatronOptimizerHandle)
         _stepped, grad_norm = self.actor_optimizer.step()
         return grad_norm
+
+    def _log_probs_of(self, micro_batches: list, temperature: float,
+                      calculate_entropy: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """PP = 1: the actor's loop. PP > 1: one forward-only pipeline pass; the last stage's log-probs (and
+        entropies) ``[B, R]`` broadcast over the pipeline group (returned as one-element lists)."""
+        if pipeline.pipeline_size() == 1:
+            return super()._log_probs_of(micro_batches, temperature, calculate_entropy)
+
+        def last_stage(micro_batch: Any, _index: int) -> tuple[torch.Tensor, Any]:
+            entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
+            return log_prob.new_zeros(()), (log_prob, entropy)
+
+        payloads = pipeline.run_pipeline(self.actor_module, micro_batches, self.use_remove_padding, last_stage,
+                                         forward_only=True)
+        rows = sum(int(micro_batch["responses"].shape[0]) for micro_batch in micro_batches)
+        responses = micro_batches[0]["responses"]
+        shape, device = (rows, int(responses.shape[1])), responses.device
+        log_probs = pipeline.broadcast_from_last_stage(
+            torch.cat([p[0] for p in payloads]) if payloads else None, shape, device)
+        if not calculate_entropy:
+            return [log_probs], []
+        entropys = pipeline.broadcast_from_last_stage(
+            torch.cat([p[1] for p in payloads]) if payloads else None, shape, device)
+        return [log_probs], [entropys]
+
+    def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: Any) -> list[dict[str, float]]:
+        """PP = 1: the actor's loop. PP > 1: one forward-backward pipeline pass over the mini-batch; the last stage's
+        per-micro-batch metrics broadcast over the pipeline group."""
+        if pipeline.pipeline_size() == 1:
+            return super()._accumulate_gradients(micro_batches, temperature, pg_loss_fn)
+
+        def last_stage(micro_batch: Any, _index: int) -> tuple[torch.Tensor, Any]:
+            policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
+            return policy_loss * self._loss_scale(micro_batch), micro_metrics
+
+        payloads = pipeline.run_pipeline(self.actor_module, micro_batches, self.use_remove_padding, last_stage,
+                                         forward_only=False)
+        return pipeline.broadcast_objects_from_last_stage(payloads or None)

@@ -69,6 +69,14 @@ def _rank_layout() -> tuple[layout.RankCoords, layout.ParallelSizes]:
 # ----------------------------------------------------------------------------- save
 
 
+def _refuse_pipeline_parallel(sizes: layout.ParallelSizes) -> None:
+    if sizes.pp > 1:
+        raise NotImplementedError(
+            f"Megatron checkpoints are not implemented for pipeline_model_parallel_size={sizes.pp} yet (the "
+            "per-stage layer names and the merger are not written); train with trainer.save_freq=-1 or PP=1."
+        )
+
+
 def save_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: Any = None, lr_scheduler: Any = None,
                              *, save_contents: Sequence[str], tokenizer: Any = None, global_step: int = 0,
                              max_ckpt_to_keep: int | None = None, extra_state: dict[str, Any] | None = None,
@@ -87,6 +95,7 @@ def save_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
     local_path = os.path.abspath(local_path)
     contents = [c for c in save_contents if c != "optimizer" or optimizer is not None]
     coords, sizes = _rank_layout()
+    _refuse_pipeline_parallel(sizes)
     if _rank() == 0:
         local_mkdir_safe(local_path)
         clear_complete(local_path)  # from here until the marker, this folder is "partial"
@@ -210,6 +219,7 @@ def load_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
     """
     local_path = os.path.abspath(local_path)
     contents = [c for c in load_contents if c != "hf_model" and (c != "optimizer" or optimizer is not None)]
+    _refuse_pipeline_parallel(_rank_layout()[1])
     files: dict[str, Any] = {}
     try:
         coords, sizes = _check_loadable(local_path, contents)

@@ -14,6 +14,10 @@ P3  the optimizer: ``FP32Optimizer.__init__`` builds ``torch.tensor([1.0], devic
     asserts ``param.grad.type() == "torch.cuda.FloatTensor"`` → a ``TorchFunctionMode`` that maps
     ``device="cuda"`` to CPU, makes ``Tensor.cuda()`` a no-op and reports ``torch.cuda.*`` from ``Tensor.type()``.
     Drop when the optimizer and ``clip_grads`` stop naming CUDA.
+P5  the pipeline schedules' p2p exchange (``pipeline_parallel/p2p_communication.py``: ``_communicate_shapes``
+    with ``variable_seq_lengths``, ``_communicate`` with ``batch_p2p_sync``) calls ``torch.cuda.synchronize()``
+    after gloo's ``batch_isend_irecv`` → a no-op (gloo's requests are already waited on). Drop it when
+    megatron-core guards those calls by device.
 (P4, megatron-core 0.19 only: ``start_grad_sync`` calls ``torch.cuda.current_stream()``; not needed on 0.16.)
 """
 
@@ -35,13 +39,14 @@ def cpu_patches_applied() -> bool:
 
 
 def apply_cpu_patches() -> None:
-    """Apply P1–P3 once per process (idempotent). Call only when ``trainer.device=cpu``."""
+    """Apply P1–P3 and P5 once per process (idempotent). Call only when ``trainer.device=cpu``."""
     if _state["applied"]:
         return
     if torch.cuda.is_available():
         raise RuntimeError("megatron CPU patches must not run on a CUDA machine (trainer.device=cpu only)")
     _patch_current_device()
     _patch_rng_tracker()
+    torch.cuda.synchronize = lambda *args, **kwargs: None  # type: ignore[assignment]  # P5
     mode = _CudaToCpuMode()
     mode.__enter__()  # P3 stays on for the life of the (worker) process
     _state.update(applied=True, mode=mode)

@@ -11,9 +11,10 @@ only the model differs: a megatron-core value model (:mod:`hybridrl.workers.mega
 
 Dispatch (verl 0.5's Megatron workers): the model-parallel groups are made in the constructor and each rank
 registers its DP rank on the mesh ``"critic"``; ``compute_values`` and ``update_critic`` split the batch over DP
-ranks, give every rank of a TP group the same slice and collect from TP rank 0. Per-rank batch sizes count DP
-ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint` (verl's per-rank
-layout). Not implemented yet (they raise): PP/CP > 1, megatron offload.
+ranks, give every rank of a TP (and CP) group the same slice and collect from TP rank 0, CP rank 0. Per-rank
+batch sizes count DP ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`
+(verl's per-rank layout). Not implemented yet (they raise): PP > 1, CP > 1 on CPU (written for the GPU, never run:
+:mod:`hybridrl.workers.megatron.context_parallel`), megatron offload.
 """
 
 from __future__ import annotations

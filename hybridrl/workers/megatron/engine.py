@@ -54,11 +54,7 @@ def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, 
     ``value_head``: an HF ``score`` head (``{"weight": [1, H], "bias": [1]}``) → a value model (critic, reward
     model): the trunk's weights from ``model_path``, this head, and a :class:`MegatronValueModel` view.
     """
-    if int(megatron_config.pipeline_model_parallel_size) > 1 or int(megatron_config.context_parallel_size) > 1:
-        raise NotImplementedError(
-            "strategy=megatron: pipeline_model_parallel_size > 1 and context_parallel_size > 1 are not implemented "
-            "yet (TP and DP are); set them to 1."
-        )
+    _refuse_unsupported_layout(megatron_config, device_name, value_head is not None)
     config = transformer_config(hf_config, megatron_config, dtype, device_name)
     gpt = build_gpt_model(hf_config, config, device_name, value_head=value_head is not None)
     converted = gpt if value_head is None else trunk_of(gpt)  # the value head is not in the causal-LM layout
@@ -74,10 +70,29 @@ def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, 
         gpt.output_layer.load_hf(value_head)
     ddp = _wrap_ddp(gpt, config, megatron_config) if trainable else None
     view = ddp if ddp is not None else gpt
-    causal_lm = MegatronCausalLM(view, hf_config.vocab_size) if value_head is None else MegatronValueModel(view)
+    causal_lm = (MegatronCausalLM(view, hf_config.vocab_size, post_process=bool(gpt.post_process))
+                 if value_head is None else MegatronValueModel(view))
     if not trainable:
         causal_lm.requires_grad_(False)
     return MegatronModel(gpt, ddp, causal_lm, hf_config, config, bridge)
+
+
+def _refuse_unsupported_layout(megatron_config: Any, device_name: str, value_model: bool) -> None:
+    """NotImplementedError for the layouts that cannot run: CP > 1 on CPU (megatron-core's context parallelism needs
+    TransformerEngine's attention; the local spec's ``DotProductAttention`` asserts ``context_parallel_size == 1``;
+    on GPU it is written, :mod:`hybridrl.workers.megatron.context_parallel`, but has never run), and PP > 1 with
+    mbridge or for a value model (PP is built for the policy with the built-in converter)."""
+    if int(megatron_config.context_parallel_size) > 1 and device_name != "cuda":
+        raise NotImplementedError(
+            "strategy=megatron: context_parallel_size > 1 needs the GPU (megatron-core's context parallelism runs "
+            "only in TransformerEngine attention, which cannot run on CPU); set it to 1 on CPU."
+        )
+    if int(megatron_config.pipeline_model_parallel_size) > 1 and (value_model or bool(megatron_config.use_mbridge)):
+        raise NotImplementedError(
+            "strategy=megatron: pipeline_model_parallel_size > 1 is built for the policy (actor / reference) with "
+            "the built-in converter only; set use_mbridge=False, and pipeline_model_parallel_size=1 for the critic "
+            "and reward model."
+        )
 
 
 def _wrap_ddp(gpt: nn.Module, config: Any, megatron_config: Any) -> nn.Module:

@@ -7,6 +7,9 @@ an HF causal LM: ``module(input_ids, attention_mask, position_ids) -> .logits [B
 Positions: megatron-core's rotary embedding uses positions ``0..S-1`` of the row, not ``position_ids``. RoPE
 scores depend only on ``i − j``, so with the pad keys masked out a left-padded row gives the same logits as
 HF's shifted positions, and a packed row (positions restarting at 0) gives them with a block-diagonal mask.
+
+Context parallelism (CP > 1, GPU only, never run yet): the view feeds the model this CP rank's THD slice and
+gathers the outputs over CP (:mod:`hybridrl.workers.megatron.context_parallel`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hybridrl.workers.megatron import context_parallel
 
 __all__ = ["MegatronCausalLM", "MegatronValueModel", "ValueHead", "attention_mask_for", "build_gpt_model",
            "load_hf_value_head", "padded_vocab_size", "transformer_config", "trunk_of"]
@@ -95,7 +100,9 @@ _NULLABLE = frozenset({"recompute_granularity", "recompute_method", "recompute_n
 
 def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_process: bool = True,
                     post_process: bool = True, value_head: bool = False) -> nn.Module:
-    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU.
+    """An (untrained) ``GPTModel`` for this rank: local layer spec on CPU, TransformerEngine spec on GPU. With
+    PP > 1 it is this pipeline stage's part: its layers, the embedding on the first stage, the final norm and
+    output layer on the last (``pre_process`` / ``post_process`` from megatron-core's parallel state).
 
     ``value_head``: a value model (critic, reward model): output layer untied from the embeddings and replaced by
     a :class:`ValueHead` (as verl's Megatron critic replaces it by a 1-output linear layer).
@@ -105,6 +112,9 @@ def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_proces
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     spec = get_gpt_decoder_block_spec(config, use_transformer_engine=device_name == "cuda")
+    if parallel_state.get_pipeline_model_parallel_world_size() > 1:  # this stage's part (embedding / head)
+        pre_process = parallel_state.is_pipeline_first_stage()
+        post_process = parallel_state.is_pipeline_last_stage()
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     model = GPTModel(
         config=config,
@@ -148,19 +158,43 @@ class MegatronCausalLM(nn.Module):
         vocab_size: the HF vocabulary ``V`` (logits past it, the TP padding, are dropped).
     """
 
-    def __init__(self, module: nn.Module, vocab_size: int) -> None:
+    def __init__(self, module: nn.Module, vocab_size: int, post_process: bool = True) -> None:
         super().__init__()
         self.module = module
         self.vocab_size = vocab_size
+        self.post_process = post_process
+        self.stage_output: torch.Tensor | None = None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, **_: Any) -> SimpleNamespace:
-        """Returns ``.logits [B, S, V]`` (fp32 on CPU), differentiable; the TP gather splits the gradient back."""
+        """Returns ``.logits [B, S, V]`` (fp32 on CPU), differentiable; the TP gather splits the gradient back.
+
+        On a pipeline stage other than the last (``post_process=False``) the model's output is the hidden state
+        ``[S, B, H]`` for the next stage: kept in :attr:`stage_output`, and ``.logits`` is an empty ``[B, S, 0]``.
+        A stage other than the first reads its input from megatron-core's ``set_input_tensor`` (the schedule).
+        """
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        if context_parallel.context_parallel_size() > 1:
+            return self._forward_context_parallel(input_ids, attention_mask, position_ids)
         mask = attention_mask_for(attention_mask, position_ids)
-        local_logits = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
-        return SimpleNamespace(logits=self._full_output(local_logits))
+        output = self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask)
+        if not self.post_process:
+            self.stage_output = output
+            return SimpleNamespace(logits=output.new_empty(*input_ids.shape, 0))
+        return SimpleNamespace(logits=self._full_output(output))
+
+    def _forward_context_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                                  position_ids: torch.Tensor) -> SimpleNamespace:
+        """CP > 1 (GPU, TransformerEngine spec; never run yet): this CP rank's THD slice through the model, the
+        outputs gathered over CP into the caller's layout (:mod:`hybridrl.workers.megatron.context_parallel`)."""
+        inputs = context_parallel.context_parallel_inputs(input_ids, attention_mask, position_ids)
+        output = self.module(input_ids=inputs.input_ids, position_ids=inputs.position_ids, attention_mask=None,
+                             packed_seq_params=inputs.packed_seq_params)
+        if not self.post_process:  # the hidden state of this rank's slice [T / CP, 1, H], for the next stage
+            self.stage_output = output
+            return SimpleNamespace(logits=output.new_empty(*input_ids.shape, 0))
+        return SimpleNamespace(logits=context_parallel.gather_outputs(self._full_output(output), inputs))
 
     def _full_output(self, local_logits: torch.Tensor) -> torch.Tensor:
         """``[B, S, V_pad / tp]`` → ``[B, S, V]``: gathered over TP, the vocabulary padding dropped."""

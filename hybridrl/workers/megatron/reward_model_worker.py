@@ -10,8 +10,8 @@ model (:mod:`hybridrl.workers.megatron.value_model`; the folder's ``score`` head
 ``*ForSequenceClassification`` RM with one label) on the ``reward_model.megatron`` layout.
 
 Dispatch (verl 0.5's Megatron workers): each rank registers its DP rank on the mesh ``"reward_model"``;
-``compute_rm_score`` splits the batch over DP ranks, gives every rank of a TP group the same slice and collects
-from TP rank 0. Per-rank micro-batches count DP ranks (``world / (TP × PP × CP)``).
+``compute_rm_score`` splits the batch over DP ranks, gives every rank of a TP (and CP) group the same slice and
+collects from TP rank 0, CP rank 0. Per-rank micro-batches count DP ranks (``world / (TP × PP × CP)``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@ Layout (HF name → megatron-core name, per layer ``i``; local spec / Transforme
     lm_head.weight (untied only)              output_layer.weight                              (rows split)
 
 Notation: V vocab, H hidden, N query heads, G key/value heads (query groups), d head dim, tp the TP size.
+
+Pipeline stages (PP > 1): a stage's ``decoder.layers.{j}`` is global layer ``j + offset`` (megatron-core's
+``layer_number - 1``); the embedding lives on the first stage, the final norm and the output layer on the last.
+With tied embeddings the last stage holds its own ``output_layer.weight`` (megatron-core keeps it equal to the
+first stage's embedding by all-reducing their gradients): it is loaded from ``model.embed_tokens.weight`` and left
+out of the export. Export gathers the stages over the PP group tensor by tensor (:func:`iter_hf_weights`).
 """
 
 from __future__ import annotations
@@ -135,15 +141,42 @@ def _pad_vocab(name: str, tensor: torch.Tensor, rows: int) -> torch.Tensor:
     return tensor
 
 
+def _layer_offset(model: nn.Module) -> int:
+    """Global index of this stage's first decoder layer (0 at PP=1): megatron-core's ``layer_number - 1``."""
+    decoder = getattr(model, "decoder", None)
+    layers = getattr(decoder, "layers", None)
+    return int(layers[0].layer_number) - 1 if layers else 0
+
+
+def global_name(name: str, offset: int) -> str:
+    """``decoder.layers.{j}.…`` of a stage → ``decoder.layers.{j + offset}.…`` (other names unchanged)."""
+    match = _LAYER.match(name)
+    return name if match is None or offset == 0 else f"decoder.layers.{int(match.group(1)) + offset}.{match.group(2)}"
+
+
+def _is_tied_output(name: str, hf_config: Any) -> bool:
+    """The last stage's copy of tied embeddings (PP > 1): HF has no ``lm_head.weight`` for it."""
+    return name == "output_layer.weight" and bool(getattr(hf_config, "tie_word_embeddings", False))
+
+
+def _hf_tensors_of(name: str, hf_state: dict[str, torch.Tensor], hf_config: Any) -> list[torch.Tensor]:
+    if _is_tied_output(name, hf_config) and "lm_head.weight" not in hf_state:
+        return [hf_state["model.embed_tokens.weight"]]
+    return [hf_state[n] for n in hf_names_of(name)]
+
+
 @torch.no_grad()
 def load_hf_weights(model: nn.Module, hf_state: dict[str, torch.Tensor], hf_config: Any) -> int:
-    """Copy HF tensors into this rank's ``GPTModel`` parameters; returns how many parameters were set."""
+    """Copy HF tensors into this rank's ``GPTModel`` (this PP stage's layers) parameters; returns how many
+    parameters were set."""
     from megatron.core import parallel_state
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
-    for name, param in model.named_parameters():
-        full = hf_to_mcore_tensor(name, [hf_state[n] for n in hf_names_of(name)], hf_config)
+    offset = _layer_offset(model)
+    for local_name, param in model.named_parameters():
+        name = global_name(local_name, offset)
+        full = hf_to_mcore_tensor(name, _hf_tensors_of(name, hf_state, hf_config), hf_config)
         full = _pad_vocab(name, full, param.shape[0] * tp_size)
         shard = _tp_shard(name, full, param, tp_rank, tp_size)
         if shard.shape != param.shape:
@@ -171,12 +204,49 @@ def merge_tp_shards(name: str, shards: list[torch.Tensor], partition_dim: int) -
 
 @torch.no_grad()
 def iter_hf_weights(model: nn.Module, hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(HF name, full tensor)`` of this ``GPTModel`` on every rank (TP shards gathered parameter by parameter)."""
+    """``(HF name, full tensor)`` of the whole model on every rank: TP shards gathered parameter by parameter,
+    then (PP > 1) every stage's tensors broadcast to the other stages, stage after stage."""
+    from megatron.core import parallel_state
+
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1:
+        yield from _iter_stage_hf_weights(model, hf_config)
+        return
+    group = parallel_state.get_pipeline_model_parallel_group()
+    ranks = dist.get_process_group_ranks(group)
+    my_stage = parallel_state.get_pipeline_model_parallel_rank()
+    device = next(model.parameters()).device  # NCCL receives into GPU buffers
+    for stage, src in enumerate(ranks):
+        local = _iter_stage_hf_weights(model, hf_config) if stage == my_stage else None
+        yield from _broadcast_stage(local, src, group, device)
+
+
+def _broadcast_stage(local: Iterator[tuple[str, torch.Tensor]] | None, src: int, group: Any,
+                     device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+    """One stage's ``(name, tensor)`` stream from global rank ``src`` to its PP group (``local`` None on receivers):
+    per tensor its name, shape and dtype as an object, then the tensor; a None header ends the stream."""
+    while True:
+        item = next(local, None) if local is not None else None
+        header = [None if item is None else (item[0], tuple(item[1].shape), item[1].dtype)]
+        dist.broadcast_object_list(header, src=src, group=group)
+        if header[0] is None:
+            return
+        name, shape, dtype = header[0]
+        tensor = item[1].contiguous() if item is not None else torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(tensor, src=src, group=group)
+        yield name, tensor
+
+
+def _iter_stage_hf_weights(model: nn.Module, hf_config: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(HF name, full tensor)`` of this PP stage (TP shards gathered; collective over TP)."""
     from megatron.core import parallel_state
 
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     tp_group = parallel_state.get_tensor_model_parallel_group()
-    for name, param in model.named_parameters():
+    offset = _layer_offset(model)
+    for local_name, param in model.named_parameters():
+        name = global_name(local_name, offset)
+        if _is_tied_output(name, hf_config):
+            continue  # the first stage exports the shared embedding
         full = param.detach()
         if getattr(param, "tensor_model_parallel", False) and tp_size > 1:
             full = _merge_tp(name, param, tp_group, tp_size)

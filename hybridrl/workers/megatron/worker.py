@@ -8,11 +8,13 @@ receives the actor's weights as HF tensors gathered over TP (:func:`export_hf_we
 
 Dispatch (verl 0.5's Megatron workers): the model-parallel groups are made in the constructor and each rank
 registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_ref_log_prob`` and
-``update_actor`` split the batch over DP ranks, give every rank of a TP group the same slice and collect from
-TP rank 0 (``make_nd_compute_dataproto_dispatch_fn``). ``generate_sequences`` keeps the FSDP worker's
-``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
+``update_actor`` split the batch over DP ranks, give every rank of a TP / CP / PP group the same slice and
+collect from TP rank 0, CP rank 0 of the last stage (``make_nd_compute_dataproto_dispatch_fn``; megatron-core's DP
+rank leaves CP out, so the ranks of a CP group register the same DP rank). ``generate_sequences`` keeps the FSDP
+worker's ``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
 (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not implemented yet
-(they raise): PP/CP > 1, megatron offload.
+(they raise): CP > 1 on CPU (written for the GPU, never run: :mod:`hybridrl.workers.megatron.context_parallel`),
+megatron offload.
 """
 
 from __future__ import annotations

@@ -45,8 +45,6 @@ def test_model_parallel_size_must_divide_the_ranks():
 
 
 @pytest.mark.parametrize("key,value,fix", [
-    ("pipeline_model_parallel_size", 2, "set it to 1"),
-    ("context_parallel_size", 2, "set it to 1"),
     ("virtual_pipeline_model_parallel_size", 2, "set it to null"),
     ("expert_model_parallel_size", 2, "set it to 1"),
     ("param_offload", True, "set it to False"),
@@ -57,6 +55,48 @@ def test_model_parallel_size_must_divide_the_ranks():
 def test_what_the_megatron_workers_lack_is_refused_by_key(key, value, fix):
     problems = _problems(f"{ACTOR_MEGATRON}.{key}={value}")
     assert "not implemented" in problems[f"{ACTOR_MEGATRON}.{key}"] and fix in problems[f"{ACTOR_MEGATRON}.{key}"]
+
+
+def test_context_parallel_refusal_on_cpu_says_it_is_gpu_only_and_untested():
+    key = f"{ACTOR_MEGATRON}.context_parallel_size"
+    message = _problems(f"{key}=2")[key]
+    assert "implemented for the GPU path only (TransformerEngine layer spec, untested)" in message
+    assert "context_parallel_size == 1" in message and "set it to 1 on CPU" in message
+    # the critic's section is checked the same way
+    assert "critic.megatron.context_parallel_size" in _problems(
+        "critic.megatron.context_parallel_size=2", "algorithm.adv_estimator=gae", "critic.enable_resource_pool=True")
+
+
+def test_context_parallel_on_gpu_passes_with_a_never_ran_warning(monkeypatch):
+    from hybridrl.utils.config import errors
+
+    monkeypatch.setattr(errors, "_warned", set())  # warn_once: other tests of this process may have warned already
+    with pytest.warns(ConfigWarning, match="context_parallel_size=2: .* has never run on a GPU"):
+        config = compose_config("ppo_megatron_trainer", [*GRPO_4_RANKS, "trainer.device=cuda",
+                                                         f"{ACTOR_MEGATRON}.context_parallel_size=2"])
+        problems = check_megatron(config, use_critic=False, use_reference_policy=False)
+    assert problems == []
+
+
+def test_pipeline_parallel_policy_passes_with_the_builtin_converter_and_no_checkpoints():
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.save_freq=-1") == {}
+    # with a reference policy (KL loss) on the actor's layout
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "actor_rollout_ref.actor.use_kl_loss=True",
+                     "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=2") == {}
+
+
+def test_pipeline_parallel_refuses_what_it_lacks_by_key():
+    pp = f"{ACTOR_MEGATRON}.pipeline_model_parallel_size"
+    problems = _problems(f"{pp}=2", "trainer.save_freq=1", f"{ACTOR_MEGATRON}.use_mbridge=True")
+    assert "checkpoints (save, resume, model_merger) are not implemented" in problems[pp]
+    assert "trainer.save_freq=-1" in problems[pp]
+    assert "built-in converter only" in problems[f"{ACTOR_MEGATRON}.use_mbridge"]
+    assert "checkpoints" in _problems(f"{pp}=2", "trainer.resume_mode=resume_path",
+                                      "trainer.resume_from_path=/tmp/x")[pp]
+    critic = ["critic.enable=True", "critic.ppo_micro_batch_size_per_gpu=2", "critic.ppo_mini_batch_size=4",
+              "critic.strategy=megatron", "critic.enable_resource_pool=True"]
+    message = _problems(*critic, "critic.megatron.pipeline_model_parallel_size=2")["critic.megatron.pipeline_model_parallel_size"]
+    assert "policy (actor, reference) only" in message and "set it to 1" in message
 
 
 def test_the_reference_offload_key_counts_only_with_a_reference():

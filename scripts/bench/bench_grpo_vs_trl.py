@@ -26,6 +26,7 @@ With ``--val-every K`` both also report greedy held-out accuracy every K steps a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -130,8 +131,8 @@ def bench_model(model: str, response_len: int, args: argparse.Namespace, out_roo
         tag = f"{model} R={response_len} {precision}"
         out_dir = os.path.join(out_root, f"{model}_{response_len}_{precision}")
         sides = {
-            "hybridrl": lambda: run_hybridrl(model_dir, data_dir, shape, args, out_dir, precision),
-            "trl": lambda: run_trl(model_dir, shape, args, out_dir + "_trl", precision),
+            "hybridrl": functools.partial(run_hybridrl, model_dir, data_dir, shape, args, out_dir, precision),
+            "trl": functools.partial(run_trl, model_dir, shape, args, out_dir + "_trl", precision),
         }
         order = ("hybridrl", "trl") if index % 2 == 0 else ("trl", "hybridrl")
         results = {}

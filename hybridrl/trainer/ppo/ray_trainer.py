@@ -53,10 +53,10 @@ from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup,
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.async_pipeline import AsyncSettings
 from hybridrl.trainer.ppo.async_source import make_async_source
+from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.batch_collection import BatchCollector, OneGenerationBatch, Rollout
 from hybridrl.trainer.ppo.checkpointing import Checkpointer
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_kl_controller
-from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
 from hybridrl.trainer.ppo.ppo_update import PPOUpdate, UpdateStage
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic

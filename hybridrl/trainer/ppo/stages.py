@@ -41,8 +41,8 @@ from hybridrl.algos.rollout_correction import (
 )
 from hybridrl.protocol import DataProto
 from hybridrl.protocol.keys import ROLLOUT_ROW_KEY
-from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advantage, compute_response_mask
+from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from hybridrl.trainer.ppo.reward import compute_reward
 from hybridrl.utils.metric import reduce_metrics
 from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance

@@ -17,13 +17,19 @@ from uuid import uuid4
 import numpy as np
 import pytest
 import torch
-from tests.workers.fsdp_workers_testlib import ppo_batch, ppo_config
 
-from hybridrl.experimental.agent_loop import AgentLoopBase, AgentLoopManager, AgentLoopMetrics, AgentLoopWorker, register
+from hybridrl.experimental.agent_loop import (
+    AgentLoopBase,
+    AgentLoopManager,
+    AgentLoopMetrics,
+    AgentLoopWorker,
+    register,
+)
 from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
 from hybridrl.experimental.agent_loop.trajectory import Trajectory
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
+from tests.workers.fsdp_workers_testlib import ppo_batch, ppo_config
 
 pytestmark = pytest.mark.slow
 

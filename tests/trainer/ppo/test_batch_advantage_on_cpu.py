@@ -12,13 +12,13 @@ from omegaconf import OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import core_algos
-from hybridrl.trainer.ppo.core_algos import AdaptiveKLController, AdvantageEstimator, FixedKLController
 from hybridrl.trainer.ppo.batch_advantage import (
     apply_kl_penalty,
     compute_advantage,
     compute_pf_ppo_reweight_data,
     compute_response_mask,
 )
+from hybridrl.trainer.ppo.core_algos import AdaptiveKLController, AdvantageEstimator, FixedKLController
 
 ALGO = compose_section("algorithm", gamma=1.0, lam=1.0, pf_ppo={"reweight_method": "pow", "weight_pow": 2.0})
 

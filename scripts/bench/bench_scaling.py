@@ -5,7 +5,8 @@ Each point runs both sides through ``bench_grpo_vs_trl.py``'s runners (hybridrl 
 TRL ``GRPOTrainer`` via ``trl_grpo_quickstart.py``; fp32, same model, prompts, optimizer and threads) with
 every completion forced to exactly R tokens (hybridrl ``rollout.ignore_eos=True``, TRL ``min_new_tokens=R``),
 so the curves follow R and not where the model happens to stop. The two sides alternate their order from
-point to point. Per side and point:
+point to point. hybridrl runs its forward/backward in micro-batches of ``--micro`` rows, TRL over the whole
+step's batch (its GRPOTrainer setting here), which shows in the memory curves. Per side and point:
 
 - s/step (median, first step dropped) split by stage — hybridrl: ``timing_s/gen``, ``old_log_prob`` and
   ``ref`` when they run, ``update_actor`` and the rest (reward, advantages, balancing); TRL: its
@@ -24,7 +25,7 @@ Output: JSON (``records``, ``slopes``, ``headline`` rows) and, with matplotlib, 
 RSS per worker).
 
     python scripts/bench/bench_scaling.py --model smollm2 --steps 3 --lengths 16,64,256,1024 --ns 4,8,16 \\
-        --trl-python .venv-trl/bin/python --out scaling.json --plot-dir docs/images/scaling
+        --trl-python .venv-trl/bin/python --out outputs/bench/scaling.json --plot-dir docs/images
 """
 
 from __future__ import annotations
@@ -222,8 +223,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ns", default="4,8,16", help="group sizes of the n sweep")
     parser.add_argument("--base-n", type=int, default=8, help="group size of the R sweep")
     parser.add_argument("--base-length", type=int, default=64, help="response length of the n sweep")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per step (samples = prompts × n)")
-    parser.add_argument("--micro", type=int, default=32, help="hybridrl micro-batch (gcd with the batch if needed)")
+    parser.add_argument("--prompts", type=int, default=2,
+                        help="prompts per step (samples = prompts × n; 2 keeps TRL's whole-batch logits at R=1024 "
+                             "within a 24 GiB machine)")
+    parser.add_argument("--micro", type=int, default=8,
+                        help="hybridrl micro-batch (gcd with the batch if needed; TRL takes the whole batch at once)")
     parser.add_argument("--lr", type=float, default=5e-6)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--seed", type=int, default=1)

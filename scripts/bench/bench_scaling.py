@@ -138,9 +138,11 @@ def loglog_slope(xs: list[float], ys: list[float]) -> float | None:
 
 
 def growth_label(slope: float | None) -> str:
-    """Words for a log-log slope: flat, sublinear, linear, between, quadratic, superquadratic."""
+    """Words for a log-log slope: decreasing (noise), flat, sublinear, linear, between, quadratic, superquadratic."""
     if slope is None:
         return "unknown (fewer than 2 points)"
+    if slope < -0.3:
+        return "decreasing (noise or load changes: rerun with more steps on a quiet machine)"
     for bound, label in ((0.3, "flat (fixed cost dominates)"), (0.75, "sublinear"), (1.35, "linear"),
                          (1.75, "between linear and quadratic"), (2.5, "quadratic")):
         if slope < bound:

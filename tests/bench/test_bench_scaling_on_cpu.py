@@ -37,6 +37,7 @@ def test_loglog_slopes_name_linear_and_quadratic_growth():
     assert loglog_slope(xs, [2.0 * x for x in xs]) == pytest.approx(1.0)
     assert loglog_slope(xs, [0.1 * x * x for x in xs]) == pytest.approx(2.0)
     assert loglog_slope([16], [1.0]) is None and growth_label(None).startswith("unknown")
+    assert growth_label(-1.0).startswith("decreasing")
     assert [growth_label(s) for s in (0.1, 0.5, 1.0, 1.5, 2.0, 3.0)] == [
         "flat (fixed cost dominates)", "sublinear", "linear", "between linear and quadratic", "quadratic",
         "superquadratic"]

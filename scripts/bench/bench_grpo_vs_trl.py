@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import emit_json, headline, log, summarize  # noqa: E402
+from bench_common import emit_json, headline, log, median, summarize  # noqa: E402
 from hybridrl_runs import GRPOShape, main_ppo_overrides, quickstart_assets, run_main_ppo  # noqa: E402
 
 
@@ -59,9 +59,13 @@ def minutes_to_target(val: dict[int, float], step_seconds: dict[int, float], tar
 
 
 def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str,
-                 precision: str) -> dict:
-    """hybridrl main_ppo on one worker; per-step times and (with --val-every) validation accuracy."""
-    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0}
+                 precision: str, overrides: dict[str, Any] | None = None) -> dict:
+    """hybridrl main_ppo on one worker; per-step times and (with --val-every) validation accuracy.
+
+    ``overrides``: further Hydra overrides (e.g. ``actor_rollout_ref.rollout.ignore_eos: True``).
+    """
+    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0,
+             **(overrides or {})}
     if precision != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
         extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = precision
     overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, 1, out_dir, args.val_every, extra)
@@ -75,8 +79,9 @@ def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse
 
 
 def trl_command(model_dir: str, shape: GRPOShape, args: argparse.Namespace, jsonl: str,
-                precision: str = "fp32") -> list[str]:
-    """The TRL side: ``trl_grpo_quickstart.py`` with hybridrl's settings, its JSON lines into ``jsonl``."""
+                precision: str = "fp32", extra_args: list[str] | None = None) -> list[str]:
+    """The TRL side: ``trl_grpo_quickstart.py`` with hybridrl's settings, its JSON lines into ``jsonl``
+    (``extra_args``: further flags of that script, e.g. ``--ignore_eos``)."""
     bf16 = ["--bf16"] if precision == "bf16" else []
     return [
         args.trl_python, str(HERE / "trl_grpo_quickstart.py"), "--cache_dir", args.cache_dir, "--out", jsonl,
@@ -85,19 +90,24 @@ def trl_command(model_dir: str, shape: GRPOShape, args: argparse.Namespace, json
         "--lr_scheduler_type", "constant", "--gradient_checkpointing", "true" if shape.grad_ckpt else "false",
         "--prompts", str(shape.prompts), "--n", str(shape.n), "--response_length", str(shape.response_length),
         "--seed", str(shape.seed), "--target", str(args.target), "--threads", str(args.threads), "--step_times", *bf16,
+        *(extra_args or []),
     ]
 
 
-def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str, precision: str) -> dict:
-    """TRL GRPOTrainer in a subprocess; reads the JSON lines it appends to ``out_dir/trl.jsonl``."""
+def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str, precision: str,
+            extra_args: list[str] | None = None) -> dict:
+    """TRL GRPOTrainer in a subprocess; reads the JSON lines it appends to ``out_dir/trl.jsonl``.
+
+    Besides the step times, ``stage_medians_s`` holds the medians (warm-up step dropped) of the stage times
+    the script reports per step (``gen``, ``gen_score``, ``update``), and ``peak_rss_gb`` its peak RSS."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     jsonl = Path(out_dir) / "trl.jsonl"
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     jsonl.unlink(missing_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run(trl_command(model_dir, shape, args, str(jsonl), precision), env=env, capture_output=True,
-                          text=True, timeout=args.timeout)
+    proc = subprocess.run(trl_command(model_dir, shape, args, str(jsonl), precision, extra_args), env=env,
+                          capture_output=True, text=True, timeout=args.timeout)
     wall_s = time.perf_counter() - start
     if proc.returncode != 0 or not jsonl.exists():
         return {"error": f"TRL exit {proc.returncode}", "tail": proc.stdout[-1500:] + proc.stderr[-3000:]}
@@ -105,9 +115,18 @@ def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir:
     step_seconds = {row["step"]: row["step_s"] for row in rows if "step_s" in row}
     val = {row["step"]: row["val_acc"] for row in rows if "val_acc" in row}
     summary = next((row for row in rows if row.get("summary")), {})
-    return {"wall_s": wall_s, "step_seconds": step_seconds, "val_acc": val,
+    return {"wall_s": wall_s, "step_seconds": step_seconds, "val_acc": val, "stage_medians_s": trl_stage_medians(rows),
+            "peak_rss_gb": summary.get("peak_rss_gb"),
             "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None,
             "trl_reported_minutes_to_target": summary.get("minutes_to_target")}
+
+
+def trl_stage_medians(rows: list[dict]) -> dict[str, float]:
+    """Median per stage key (``<stage>_s`` in the step rows) over the steps after the first."""
+    steps = [row for row in rows if "step_s" in row]
+    kept = steps[1:] or steps
+    keys = sorted({key for row in kept for key in row if key.endswith("_s") and key != "step_s"})
+    return {key.removesuffix("_s"): median(row[key] for row in kept if key in row) for key in keys}
 
 
 def add_rates(record: dict, samples_per_step: int) -> dict:

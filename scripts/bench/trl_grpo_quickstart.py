@@ -16,8 +16,11 @@ TRL is a dev/benchmark dependency only: ``pip install trl datasets torch==2.13.0
 ``bench_grpo_vs_trl.py`` drives it with hybridrl's settings: ``--model_dir`` (any local causal LM, e.g. the tiny
 model), ``--prompts/--n/--response_length`` (one step = prompts × n completions), ``--weight_decay``,
 ``--lr_scheduler_type constant``, ``--gradient_checkpointing false`` and ``--eval_every 0`` (no evaluation);
-with ``--step_times`` every step also prints ``{"step", "step_s"}`` (wall time of the step: generation,
-reward, loss, backward, optimizer; evaluation excluded).
+with ``--step_times`` every step also prints ``{"step", "step_s", "gen_s", "gen_score_s", "update_s"}``: wall time of
+the step (generation, reward, loss, backward, optimizer; evaluation excluded), of its ``generate`` calls, of
+``_generate_and_score_completions`` (generation, decoding, reward, advantages) and the rest (forward, backward,
+optimizer). ``--ignore_eos`` makes every completion ``--response_length`` tokens long (``min_new_tokens``), as
+hybridrl's ``rollout.ignore_eos``. The summary line carries the process's peak RSS (``peak_rss_gb``).
 
 Example: python scripts/bench/trl_grpo_quickstart.py --max_steps 61 --eval_every 10 --out trl.jsonl
 """
@@ -73,6 +76,31 @@ def arithmetic_reward(completions, ground_truth, **kwargs) -> list[float]:
     return [compute_score(c[0]["content"], gt) for c, gt in zip(completions, ground_truth)]
 
 
+def timed_method(obj, name: str, totals: dict[str, float], key: str) -> None:
+    """Wrap ``obj.name`` so each call adds its wall seconds to ``totals[key]`` (the trainer's stage times).
+    A method this TRL version lacks is left alone (its stage then reads 0)."""
+    method = getattr(obj, name, None)
+    if method is None:
+        print(f"[trl_grpo_quickstart] {type(obj).__name__}.{name} not found: its stage time reads 0", file=sys.stderr)
+        return
+
+    def wrapper(*a, **kw):
+        start = time.perf_counter()
+        try:
+            return method(*a, **kw)
+        finally:
+            totals[key] += time.perf_counter() - start
+
+    setattr(obj, name, wrapper)
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident set (``ru_maxrss``, KiB on Linux) in GiB."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache_dir", default=os.path.expanduser("~/.cache/hybridrl"))
@@ -91,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
                         help="TRL's GRPOConfig default is true")
     parser.add_argument("--bf16", action="store_true", help="GRPOConfig(bf16=True): bf16 autocast, fp32 weights")
-    parser.add_argument("--step_times", action="store_true", help="print each step's wall time")
+    parser.add_argument("--step_times", action="store_true", help="print each step's wall time and stage times")
+    parser.add_argument("--ignore_eos", action="store_true", help="every completion --response_length tokens long")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -124,14 +153,18 @@ def main(argv: list[str] | None = None) -> None:
                 fp.write(json.dumps(row) + "\n")
 
     clock = {"train_s": 0.0, "since": time.time(), "hit": None, "step_start": time.perf_counter()}
+    stage_s = {"gen": 0.0, "gen_score": 0.0}
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, _args, state, control, **kwargs):
             clock["step_start"] = time.perf_counter()
+            stage_s.update(gen=0.0, gen_score=0.0)
 
         def on_step_end(self, _args, state, control, **kwargs):
             if args.step_times:
-                emit({"step": state.global_step, "step_s": time.perf_counter() - clock["step_start"]})
+                step_s = time.perf_counter() - clock["step_start"]
+                emit({"step": state.global_step, "step_s": step_s, "gen_s": stage_s["gen"],
+                      "gen_score_s": stage_s["gen_score"], "update_s": step_s - stage_s["gen_score"]})
 
     class EvalCallback(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
@@ -158,16 +191,19 @@ def main(argv: list[str] | None = None) -> None:
         num_generations=args.n, max_completion_length=args.response_length, learning_rate=args.learning_rate,
         beta=0.0, temperature=1.0, use_cpu=True, use_vllm=False, bf16=args.bf16, report_to="none",
         max_steps=args.max_steps, logging_steps=1, save_strategy="no", seed=args.seed,
+        generation_kwargs={"min_new_tokens": args.response_length} if args.ignore_eos else None,
         **{key: value for key, value in optional.items() if value is not None},
     )
     trainer = GRPOTrainer(model=model, reward_funcs=arithmetic_reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[StepTimer(), EvalCallback()])
+    timed_method(trainer, "_generate", stage_s, "gen")
+    timed_method(trainer, "_generate_and_score_completions", stage_s, "gen_score")
     clock["since"] = time.time()
     trainer.train()
     if args.eval_every <= 0:  # no evaluation callback kept the clock
         clock["train_s"] = time.time() - clock["since"]
     emit({"summary": True, "minutes_to_target": clock["hit"], "target": args.target,
-          "train_min": clock["train_s"] / 60, "steps": args.max_steps})
+          "train_min": clock["train_s"] / 60, "steps": args.max_steps, "peak_rss_gb": peak_rss_gb()})
 
 
 if __name__ == "__main__":

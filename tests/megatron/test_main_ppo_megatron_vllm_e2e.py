@@ -40,6 +40,8 @@ def test_grpo_megatron_tp2_with_vllm_rollout(tiny_gqa_hd32_qwen2_dir, arithmetic
     assert sorted(metrics) == [1, 2]
     for step in (1, 2):  # step 2 samples from weights synced after step 1's update
         assert metrics[step]["training/rollout_probs_diff_max"] < PROBS_DIFF_BOUND, metrics[step]
+        # the Megatron actor's 26 HF tensors (gathered over TP) reached vLLM, a sample of them verified
+        assert metrics[step]["rollout/weight_sync_tensors"] == 26, metrics[step]
         assert metrics[step]["rollout/weight_sync_verified_tensors"] > 0, metrics[step]
         assert metrics[step]["actor/grad_norm"] > 0, metrics[step]
     assert metrics[2]["actor/kl_loss"] > 0  # step 1's update moved the actor: step 2 ran on new, synced weights

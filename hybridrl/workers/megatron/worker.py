@@ -10,8 +10,8 @@ Dispatch (verl 0.5's Megatron workers): the model-parallel groups are made in th
 registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_ref_log_prob`` and
 ``update_actor`` split the batch over DP ranks, give every rank of a TP group the same slice and collect from
 TP rank 0 (``make_nd_compute_dataproto_dispatch_fn``). ``generate_sequences`` keeps the FSDP worker's
-``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
-(``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not implemented yet
+``DP_COMPUTE_PROTO``: each rank holds a whole rollout engine (hf, or vLLM at rollout TP 1). Per-rank batch sizes
+count DP ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not implemented yet
 (they raise): PP/CP > 1, megatron offload.
 """
 

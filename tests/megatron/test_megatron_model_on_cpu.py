@@ -70,3 +70,15 @@ def test_logits_equal_hf_at_tp1_and_tp2_and_export_round_trips(tmp_path, tiny_gq
         assert result["export_diff"] == 0.0, case
         torch.testing.assert_close(tp2[0][case]["logits"], tp1[case]["logits"], rtol=0, atol=LOGIT_TOLERANCE)
         torch.testing.assert_close(tp2[1][case]["logits"], tp2[0][case]["logits"], rtol=0, atol=0)  # TP ranks agree
+
+
+def test_rope_settings_read_transformers_4_and_5_configs():
+    """transformers 5.x keeps rope_theta in rope_parameters and aliases rope_scaling to it (non-empty for plain RoPE):
+    plain RoPE is not refused and its theta is read; a real scaling is still reported (and refused by the model)."""
+    from transformers import Qwen2Config
+
+    from hybridrl.workers.megatron.model import rope_settings
+
+    assert rope_settings(Qwen2Config(rope_theta=5000.0)) == (5000.0, None)
+    theta, scaling = rope_settings(Qwen2Config(rope_theta=5000.0, rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    assert theta == 5000.0 and scaling == {"rope_type": "linear", "factor": 2.0}

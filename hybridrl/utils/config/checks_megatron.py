@@ -103,7 +103,8 @@ def check_megatron_environment(config: DictConfig, use_critic: bool, use_referen
     key = f"{sections[0]}.strategy"
     return [ConfigProblem(key, "megatron is selected but megatron-core is not installed in this Python environment.",
                           "run `bash scripts/setup_megatron_env.sh` and start main_ppo with .venv-megatron/bin/python "
-                          f"(or set {key}=fsdp2).")]
+                          "(with rollout.name=vllm on CPU: .venv-vllm from scripts/setup_vllm_cpu_env.sh, which has "
+                          f"megatron-core too, with megatron.use_mbridge=False), or set {key}=fsdp2.")]
 
 
 def _needs_megatron_file(section: str) -> ConfigProblem:

@@ -24,7 +24,7 @@ from torch import nn
 from hybridrl.workers.megatron import context_parallel
 
 __all__ = ["MegatronCausalLM", "MegatronValueModel", "ValueHead", "attention_mask_for", "build_gpt_model",
-           "load_hf_value_head", "padded_vocab_size", "transformer_config", "trunk_of"]
+           "load_hf_value_head", "padded_vocab_size", "rope_settings", "transformer_config", "trunk_of"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 
@@ -34,16 +34,33 @@ def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
     return -(-vocab_size // tp_size) * tp_size
 
 
+def rope_settings(hf_config: Any) -> tuple[float, dict | None]:
+    """``(rope_theta, scaling)`` of an HF config; ``scaling`` None for plain RoPE.
+
+    transformers 4.x keeps ``rope_theta`` and ``rope_scaling`` (None for plain RoPE) as attributes; 5.x keeps both in
+    ``rope_parameters`` (``{"rope_type": "default", "rope_theta": ...}``) and ``rope_scaling`` is an alias of it, so a
+    plain model has a non-empty ``rope_scaling`` there: only a ``rope_type`` other than ``default`` is a scaling.
+    """
+    params = getattr(hf_config, "rope_parameters", None)
+    if not isinstance(params, dict):
+        params = dict(getattr(hf_config, "rope_scaling", None) or {})
+    theta = params.get("rope_theta", getattr(hf_config, "rope_theta", None))
+    rope_type = params.get("rope_type", params.get("type"))
+    scaling = {k: v for k, v in params.items() if k != "rope_theta"} if rope_type not in (None, "default") else None
+    return float(theta if theta is not None else 10000.0), scaling
+
+
 def _check_supported(hf_config: Any) -> None:
     if hf_config.model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"strategy=megatron builds Llama/Qwen2-family models; model_type={hf_config.model_type!r} is not one "
             f"of {SUPPORTED_MODEL_TYPES}."
         )
-    if getattr(hf_config, "rope_scaling", None):
+    _, scaling = rope_settings(hf_config)
+    if scaling:
         raise ValueError(
-            f"strategy=megatron: rope_scaling={hf_config.rope_scaling!r} is not supported by the built-in model yet "
-            "(use a model without rope_scaling)."
+            f"strategy=megatron: rope scaling {scaling!r} is not supported by the built-in model yet "
+            "(use a model without rope_scaling / a rope_parameters.rope_type other than 'default')."
         )
 
 
@@ -126,7 +143,7 @@ def build_gpt_model(hf_config: Any, config: Any, device_name: str, *, pre_proces
         parallel_output=True,
         share_embeddings_and_output_weights=bool(getattr(hf_config, "tie_word_embeddings", False)) and not value_head,
         position_embedding_type="rope",
-        rotary_base=int(getattr(hf_config, "rope_theta", 10000)),
+        rotary_base=int(rope_settings(hf_config)[0]),
     )
     if value_head and post_process:
         model.output_layer = ValueHead(config)

@@ -11,10 +11,10 @@ registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_r
 ``update_actor`` split the batch over DP ranks, give every rank of a TP / CP / PP group the same slice and
 collect from TP rank 0, CP rank 0 of the last stage (``make_nd_compute_dataproto_dispatch_fn``; megatron-core's DP
 rank leaves CP out, so the ranks of a CP group register the same DP rank). ``generate_sequences`` keeps the FSDP
-worker's ``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-rank batch sizes count DP ranks
-(``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not implemented yet
-(they raise): CP > 1 on CPU (written for the GPU, never run: :mod:`hybridrl.workers.megatron.context_parallel`),
-megatron offload.
+worker's ``DP_COMPUTE_PROTO``: each rank holds a whole rollout engine (hf, or vLLM at rollout TP 1). Per-rank batch
+sizes count DP ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not
+implemented yet (they raise): CP > 1 on CPU (written for the GPU, never run:
+:mod:`hybridrl.workers.megatron.context_parallel`), megatron offload.
 """
 
 from __future__ import annotations

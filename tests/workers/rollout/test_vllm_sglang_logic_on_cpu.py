@@ -6,7 +6,12 @@ import pytest
 from rollout_testlib import model_config, rollout_config
 
 from hybridrl.workers.rollout.sampling import resolve_sampling_params
-from hybridrl.workers.rollout.vllm_rollout import build_engine_kwargs, check_model_fits, to_vllm_sampling_kwargs
+from hybridrl.workers.rollout.vllm_rollout import (
+    build_engine_kwargs,
+    check_model_fits,
+    tied_head_entries,
+    to_vllm_sampling_kwargs,
+)
 
 
 class _HFConfig:
@@ -64,6 +69,19 @@ def test_vllm_sampling_kwargs():
         )
     )
     assert greedy["temperature"] == 0.0 and greedy["stop_token_ids"] == [] and greedy["ignore_eos"]
+
+
+def test_tied_models_reload_the_embedding_as_lm_head_too():
+    """vLLM's in-place reload keeps a tied lm_head on its old tensor unless the bucket names it (the Megatron export
+    and HF named_parameters() omit it): the vLLM engine adds it, once, only for tied models."""
+    import torch
+
+    embed, norm = torch.ones(4, 2), torch.ones(2)
+    bucket = [("model.embed_tokens.weight", embed), ("model.norm.weight", norm)]
+    assert tied_head_entries(bucket, tied=True) == [("lm_head.weight", embed)]
+    assert tied_head_entries(bucket, tied=False) == []
+    assert tied_head_entries([*bucket, ("lm_head.weight", embed)], tied=True) == []
+    assert tied_head_entries([("model.norm.weight", norm)], tied=True) == []
 
 
 def test_sglang_engine_kwargs_and_sampling():

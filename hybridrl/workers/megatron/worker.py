@@ -15,14 +15,14 @@ worker's ``DP_COMPUTE_PROTO``: each rank holds a whole hf rollout engine. Per-ra
 (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Offload
 (``actor.megatron.param_offload`` / ``grad_offload`` / ``optimizer_offload``, ``ref.megatron.param_offload``):
 :mod:`hybridrl.workers.megatron.offload`, after the build and around each call, as verl's Megatron worker; the
-rollout's weight sync brings the actor's params back only while it reads them. Not implemented yet (it raises):
+rollout's weight sync brings the actor's params back for the sync only. Not implemented yet (it raises):
 CP > 1 on CPU (written for the GPU, never run: :mod:`hybridrl.workers.megatron.context_parallel`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -130,16 +130,19 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         """Build tokenizer, actor (+ optimizer, LR scheduler), rollout handle and ref, as the role asks."""
         super().init_model()
         if self.rollout is not None:  # the rollout follows the Megatron actor: HF tensors gathered over TP
-            self.rollout.state_dict_fn = self._export_for_rollout
+            self.rollout.state_dict_fn = lambda _module: export_hf_weights(self.actor_model)
+            sync = self.rollout.sync_weights
+            self.rollout.sync_weights = lambda: self._sync_with_actor_params(sync)
         if getattr(self, "actor_model", None) is not None:  # megatron.*_offload: off the device until the first call
             flags = OffloadFlags.of(self.config.actor.megatron)
             self._actor_offload = MegatronOffload(self.actor_model, self._megatron_optimizer(), flags)
             self._actor_offload.offload()
 
-    def _export_for_rollout(self, _module: Any) -> Iterator[tuple[str, torch.Tensor]]:
-        """The weight sync's HF tensors; with ``param_offload`` the params are on the device only meanwhile."""
+    def _sync_with_actor_params(self, sync: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """The rollout's weight sync; with ``param_offload`` the actor's params are on the device for it only (the
+        whole sync: the engine copies the last bucket after the export's iterator ends), as verl's sharding manager."""
         with self._actor_offload.on_device(with_optimizer=False):
-            yield from export_hf_weights(self.actor_model)
+            return sync()
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref

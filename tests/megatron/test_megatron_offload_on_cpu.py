@@ -9,7 +9,8 @@ to 0 bytes, so these tests see the mechanism itself (the GPU memory it saves is 
 - the policy worker (TP=2, actor + reference + hf rollout): all offloads on gives the same log-probs, reference
   log-probs, update metrics and greedy responses, bit for bit, as all off, over 2 updates; between calls the
   actor's and the reference's storages hold 0 bytes;
-- the critic worker (DP=2) likewise for values and update metrics over 2 updates.
+- the critic worker (DP=2) likewise for values and update metrics over 2 updates, and the reward model worker
+  (``param_offload``) for its scores, called twice.
 """
 
 from __future__ import annotations
@@ -162,10 +163,34 @@ def _critic_run(rank: int, model_dir: str) -> dict:
         result[f"{mode}/values2"] = worker.compute_values(policy_batch(seed=2)).batch["values"]
         result[f"{mode}/held_between_calls"] = torch.tensor(held, dtype=torch.float64)
         result[f"{mode}/states"] = float(len(offload.optimizer_tensors(worker.critic_optimizer.optimizer)))
+        result.update(_reward_model_scores(model_dir, mode))
     return result
 
 
-def test_critic_worker_with_all_offloads_equals_without(tmp_path, tiny_gqa_qwen2_dir):
+def _reward_model_scores(model_dir: str, mode: str) -> dict:
+    """The Megatron reward model (the tiny model's seeded HF head) with ``param_offload`` off / on, scored twice."""
+    from config_testlib import compose_config
+
+    from hybridrl.workers.megatron import offload
+    from hybridrl.workers.megatron.reward_model_worker import MegatronRewardModelWorker
+
+    overrides = [f"actor_rollout_ref.model.path={model_dir}", f"reward_model.model.path={model_dir}",
+                 "reward_model.enable=True", "reward_model.model.input_tokenizer=null",
+                 "reward_model.micro_batch_size_per_gpu=2", "data.train_batch_size=4",
+                 f"reward_model.megatron.param_offload={mode == 'on'}"]
+    worker = MegatronRewardModelWorker(compose_config("ppo_megatron_trainer", overrides).reward_model)
+    worker.init_model()
+    tensors = offload.model_param_tensors(worker.reward_model)
+    held = [_stored_bytes(tensors)]
+    scores = []
+    for seed in (1, 1):
+        scores.append(worker.compute_rm_score(policy_batch(seed=seed)).batch["rm_scores"])
+        held.append(_stored_bytes(tensors))
+    return {f"{mode}/rm_scores": scores[0], f"{mode}/rm_scores_again": scores[1],
+            f"{mode}/rm_held_between_calls": torch.tensor(held, dtype=torch.float64)}
+
+
+def test_critic_and_reward_model_workers_with_offload_equal_without(tmp_path, tiny_gqa_qwen2_dir):
     ranks = run_ranks(_critic_run, 2, tmp_path / "critic", tiny_gqa_qwen2_dir)
     for result in ranks:
         for key in ("values0", "values1", "values2"):
@@ -177,4 +202,8 @@ def test_critic_worker_with_all_offloads_equals_without(tmp_path, tiny_gqa_qwen2
         assert result["on/states"] > 0
         assert (result["off/held_between_calls"] > 0).all()
         assert (result["on/held_between_calls"] == 0).all()
+        for key in ("rm_scores", "rm_scores_again"):  # the reward model's param_offload
+            assert torch.equal(result[f"on/{key}"], result["off/rm_scores"]), key
+        assert result["off/rm_scores"].abs().max() > 0
+        assert (result["off/rm_held_between_calls"] > 0).all() and (result["on/rm_held_between_calls"] == 0).all()
     torch.testing.assert_close(ranks[1]["on/values2"], ranks[0]["on/values2"], rtol=0, atol=0)  # DP replicas agree

@@ -8,7 +8,8 @@ to 0 bytes, so these tests see the mechanism itself (the GPU memory it saves is 
   optimizer, DP=2);
 - the policy worker (TP=2, actor + reference + hf rollout): all offloads on gives the same log-probs, reference
   log-probs, update metrics and greedy responses, bit for bit, as all off, over 2 updates; between calls the
-  actor's and the reference's storages hold 0 bytes;
+  actor's and the reference's storages hold 0 bytes; a checkpoint saved and loaded back with offload on scores
+  as before;
 - the critic worker (DP=2) likewise for values and update metrics over 2 updates, and the reward model worker
   (``param_offload``) for its scores, called twice.
 """
@@ -88,7 +89,7 @@ _OFFLOAD_ALL = ("actor_rollout_ref.actor.megatron.param_offload=True",
                 "actor_rollout_ref.ref.megatron.param_offload=True")
 
 
-def _policy_run(rank: int, model_dir: str) -> dict:
+def _policy_run(rank: int, model_dir: str, checkpoint_dir: str) -> dict:
     """Off, then on (same process, same grid): log-probs → update → log-probs → update → log-probs, reference
     log-probs and greedy generation; records the bytes the actor and the reference hold between calls."""
     from hybridrl.workers.megatron import offload
@@ -120,12 +121,25 @@ def _policy_run(rank: int, model_dir: str) -> dict:
         held.append(_stored_bytes(actor_tensors + ref_tensors + offload.optimizer_tensors(worker._megatron_optimizer())))
         result[f"{mode}/held_between_calls"] = torch.tensor(held, dtype=torch.float64)
         result[f"{mode}/states"] = float(len(offload.optimizer_tensors(worker._megatron_optimizer())))
+        result.update(_checkpoint_round_trip(worker, mode, actor_tensors, f"{checkpoint_dir}/{mode}"))
     return result
 
 
+def _checkpoint_round_trip(worker, mode: str, actor_tensors: list[torch.Tensor], folder: str) -> dict:
+    """Save (the offloaded actor comes back for it), load into the same worker, score again: equal to before."""
+    from hybridrl.workers.megatron import offload
+
+    worker.save_checkpoint(folder, global_step=2)
+    worker.load_checkpoint(folder)
+    held = _stored_bytes(actor_tensors + offload.optimizer_tensors(worker._megatron_optimizer()))
+    log_probs = worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"]
+    return {f"{mode}/log_probs_reloaded": log_probs, f"{mode}/held_after_checkpoint": float(held)}
+
+
 def test_policy_worker_with_all_offloads_equals_without(tmp_path, tiny_gqa_qwen2_dir):
-    for result in run_ranks(_policy_run, 2, tmp_path / "policy", tiny_gqa_qwen2_dir):
-        for key in ("log_probs0", "log_probs1", "log_probs2", "ref", "responses"):
+    for result in run_ranks(_policy_run, 2, tmp_path / "policy", tiny_gqa_qwen2_dir,
+                            str(tmp_path / "checkpoints")):
+        for key in ("log_probs0", "log_probs1", "log_probs2", "ref", "responses", "log_probs_reloaded"):
             assert torch.equal(result[f"on/{key}"], result[f"off/{key}"]), key
         for step in range(2):
             for key in _ACTOR_METRICS:
@@ -134,6 +148,8 @@ def test_policy_worker_with_all_offloads_equals_without(tmp_path, tiny_gqa_qwen2
         assert result["on/verified"] > 0 and result["on/states"] > 0
         assert (result["off/held_between_calls"] > 0).all()
         assert (result["on/held_between_calls"] == 0).all()  # params, grads, optimizer, reference: all released
+        assert torch.equal(result["on/log_probs_reloaded"], result["on/log_probs2"])  # checkpoint save → load
+        assert result["on/held_after_checkpoint"] == 0 < result["off/held_after_checkpoint"]
 
 
 _CRITIC_OFFLOAD_ALL = ("critic.megatron.param_offload=True", "critic.megatron.grad_offload=True",

@@ -82,6 +82,9 @@ def offload_tensor(tensor: torch.Tensor, what: str = "tensor") -> int:
     if not _on_this_device(tensor) or storage.nbytes() == 0:
         return 0
     _check_owns_storage(tensor, what)
+    if not storage.resizable():  # e.g. optimizer state read from a checkpoint file: give it a storage of its own
+        tensor.set_(tensor.detach().clone())
+        storage = tensor.untyped_storage()
     host = getattr(tensor, _HOST, None)
     if host is None or host.shape != tensor.shape or host.dtype != tensor.dtype:
         host = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=tensor.device.type == "cuda")

@@ -6,7 +6,7 @@ rollout in its worker) by ``actor_rollout_ref.actor.strategy``, the critic by ``
 
     <section>.megatron exists                   the FSDP file has no megatron sections: --config-name ppo_megatron_trainer
     ranks % (TP × PP × CP) == 0                  data-parallel size = ranks / (TP × PP × CP), an integer
-    virtual PP, EP = 1; no offload              not implemented in hybridrl's Megatron workers yet (they would raise)
+    virtual PP, EP = 1                          not implemented in hybridrl's Megatron workers yet (they would raise)
     CP > 1 on GPU only (warned: never run)       written for TransformerEngine attention (GPU layer spec); megatron-
                                                  core's local attention (CPU) asserts context_parallel_size == 1
     PP > 1: policy only, built-in converter,     the actor / reference run megatron-core's pipeline schedule; the
@@ -49,13 +49,9 @@ _WORKER_KIND = {ACTOR: "policy", "critic": "critic", "reward_model": "reward_mod
 _NOT_IMPLEMENTED = (
     ("virtual_pipeline_model_parallel_size", lambda v: v is not None, "the interleaved (virtual) pipeline schedule"),
     ("expert_model_parallel_size", lambda v: isinstance(v, int) and v > 1, "expert parallelism (MoE models)"),
-    ("param_offload", lambda v: v is True, "megatron parameter offload"),
-    ("grad_offload", lambda v: v is True, "megatron gradient offload"),
-    ("optimizer_offload", lambda v: v is True, "megatron optimizer-state offload"),
     ("use_dist_checkpointing", lambda v: v is True, "loading initial weights from a megatron dist checkpoint"),
 )
-_OFF_VALUE = {"virtual_pipeline_model_parallel_size": "null", "param_offload": "False", "grad_offload": "False",
-              "optimizer_offload": "False", "use_dist_checkpointing": "False"}
+_OFF_VALUE = {"virtual_pipeline_model_parallel_size": "null", "use_dist_checkpointing": "False"}
 
 
 def megatron_sections(config: DictConfig, use_critic: bool, use_reference_policy: bool) -> list[str]:
@@ -64,7 +60,7 @@ def megatron_sections(config: DictConfig, use_critic: bool, use_reference_policy
     if uses_megatron(config, ACTOR):
         sections.append(ACTOR)
         if use_reference_policy:
-            sections.append(REF)  # in the actor's worker, on the actor's layout; its offload key still counts
+            sections.append(REF)  # in the actor's worker, on the actor's layout
     if use_critic and uses_megatron(config, "critic"):
         sections.append("critic")
     if get(config, "reward_model.enable") and uses_megatron(config, "reward_model"):

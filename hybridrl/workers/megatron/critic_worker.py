@@ -13,13 +13,14 @@ Dispatch (verl 0.5's Megatron workers): the model-parallel groups are made in th
 registers its DP rank on the mesh ``"critic"``; ``compute_values`` and ``update_critic`` split the batch over DP
 ranks, give every rank of a TP (and CP) group the same slice and collect from TP rank 0, CP rank 0. Per-rank
 batch sizes count DP ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`
-(verl's per-rank layout). Not implemented yet (they raise): PP > 1, CP > 1 on CPU (written for the GPU, never run:
-:mod:`hybridrl.workers.megatron.context_parallel`), megatron offload.
+(verl's per-rank layout). Offload (``critic.megatron.param_offload`` / ``grad_offload`` / ``optimizer_offload``):
+:mod:`hybridrl.workers.megatron.offload`, after the build and around each call, as verl's Megatron critic. Not
+implemented yet (they raise): PP > 1, CP > 1 on CPU (written for the GPU, never run:
+:mod:`hybridrl.workers.megatron.context_parallel`).
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from hybridrl.protocol import DataProto
@@ -30,6 +31,7 @@ from hybridrl.workers.critic_worker import CriticWorker
 from hybridrl.workers.megatron.actor import MegatronOptimizerHandle
 from hybridrl.workers.megatron.critic import MegatronPPOCritic
 from hybridrl.workers.megatron.engine import build_megatron_lr_scheduler, build_megatron_optimizer
+from hybridrl.workers.megatron.offload import MegatronOffload, OffloadFlags
 from hybridrl.workers.megatron.parallel import init_megatron_parallel
 from hybridrl.workers.megatron.value_model import build_value_model, export_value_model_hf_weights
 from hybridrl.workers.megatron.worker import data_parallel_size
@@ -78,9 +80,11 @@ class MegatronCriticWorker(CriticWorker):
             update=self.plan.critic,
             values=self.plan.values,
         )
+        self._offload = MegatronOffload(self.critic_model, optimizer, OffloadFlags.of(config.megatron))
+        self._offload.offload()  # critic.megatron.*_offload: off the device until the first call
 
     def _on_device(self, with_optimizer: bool) -> Any:
-        return contextlib.nullcontext()  # megatron offload is refused when the model is built
+        return self._offload.on_device(with_optimizer)
 
     # ------------------------------------------------------------------ RPC surface: DP slices shared by a TP group
 
@@ -111,12 +115,13 @@ class MegatronCriticWorker(CriticWorker):
 
         if hdfs_path is not None:
             raise NotImplementedError("hdfs_path is not supported; checkpoints are written to local_path only.")
-        self.critic.divergence_guard.check_savable(self.critic_module)
         optimizer = self.critic_optimizer.optimizer
-        save_megatron_checkpoint(local_path, self.critic_model, optimizer, self.critic_lr_scheduler,
-                                 save_contents=self._checkpoint_contents("save_contents"), tokenizer=self.tokenizer,
-                                 global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep,
-                                 hf_weights=export_value_model_hf_weights)
+        with self._on_device(with_optimizer=True):
+            self.critic.divergence_guard.check_savable(self.critic_module)
+            save_megatron_checkpoint(local_path, self.critic_model, optimizer, self.critic_lr_scheduler,
+                                     save_contents=self._checkpoint_contents("save_contents"), tokenizer=self.tokenizer,
+                                     global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep,
+                                     hf_weights=export_value_model_hf_weights)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = True) -> None:
@@ -129,5 +134,6 @@ class MegatronCriticWorker(CriticWorker):
         if hdfs_path is not None:
             raise NotImplementedError("hdfs_path is not supported; pass a local checkpoint folder.")
         optimizer = self.critic_optimizer.optimizer
-        load_megatron_checkpoint(local_path, self.critic_model, optimizer, self.critic_lr_scheduler,
-                                 load_contents=self._checkpoint_contents("load_contents"))
+        with self._on_device(with_optimizer=True):
+            load_megatron_checkpoint(local_path, self.critic_model, optimizer, self.critic_lr_scheduler,
+                                     load_contents=self._checkpoint_contents("load_contents"))

@@ -12,6 +12,8 @@ model (:mod:`hybridrl.workers.megatron.value_model`; the folder's ``score`` head
 Dispatch (verl 0.5's Megatron workers): each rank registers its DP rank on the mesh ``"reward_model"``;
 ``compute_rm_score`` splits the batch over DP ranks, gives every rank of a TP (and CP) group the same slice and
 collects from TP rank 0, CP rank 0. Per-rank micro-batches count DP ranks (``world / (TP × PP × CP)``).
+``reward_model.megatron.param_offload``: the params are on the device during ``compute_rm_score`` only
+(:mod:`hybridrl.workers.megatron.offload`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch import nn
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
 from hybridrl.utils.config.batch_plan import ForwardPlan
+from hybridrl.workers.megatron.offload import MegatronOffload, OffloadFlags
 from hybridrl.workers.megatron.parallel import init_megatron_parallel
 from hybridrl.workers.megatron.value_model import build_value_model
 from hybridrl.workers.megatron.worker import data_parallel_size
@@ -52,9 +55,13 @@ class MegatronRewardModelWorker(RewardModelWorker):
         """The frozen value view: ``module(input_ids, attention_mask, position_ids).logits [B, S, 1]``."""
         self.reward_model = build_value_model(self.config.model, self.config.megatron, "reward_model.megatron",
                                               self._device_name, trainable=False)
+        flags = OffloadFlags(params=OffloadFlags.of(self.config.megatron).params)
+        self._offload = MegatronOffload(self.reward_model, None, flags)
+        self._offload.offload()
         return self.reward_model.causal_lm
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=MESH))
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores [B, R]`` (the FSDP worker's, on this DP slice)."""
-        return super().compute_rm_score(data)
+        with self._offload.on_device(with_optimizer=False):
+            return super().compute_rm_score(data)

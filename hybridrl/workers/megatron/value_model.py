@@ -20,7 +20,7 @@ import torch
 from hybridrl.workers.megatron import weights
 from hybridrl.workers.megatron.engine import MegatronModel, build_megatron_model
 from hybridrl.workers.megatron.model import load_hf_value_head, trunk_of
-from hybridrl.workers.megatron.worker import compute_dtype, refuse_megatron_offload
+from hybridrl.workers.megatron.worker import compute_dtype
 
 __all__ = ["build_value_model", "export_value_model_hf_weights"]
 
@@ -37,7 +37,6 @@ def build_value_model(model_config: Any, megatron_config: Any, section: str, dev
         device_name: ``cpu`` or ``cuda`` (bf16 parameters on GPU, fp32 on CPU, as the policy worker).
         trainable: wrap in megatron-core DDP for an optimizer (critic) or freeze (reward model).
     """
-    refuse_megatron_offload(megatron_config, section)
     head, hf_config = load_hf_value_head(model_config)
     return build_megatron_model(model_config.path, hf_config, megatron_config, compute_dtype(device_name), device_name,
                                 trainable=trainable, value_head=head)

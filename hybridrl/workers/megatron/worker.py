@@ -12,13 +12,17 @@ registers its DP rank on the mesh ``"actor"``; ``compute_log_prob``, ``compute_r
 collect from TP rank 0, CP rank 0 of the last stage (``make_nd_compute_dataproto_dispatch_fn``; megatron-core's DP
 rank leaves CP out, so the ranks of a CP group register the same DP rank). ``generate_sequences`` keeps the FSDP
 worker's ``DP_COMPUTE_PROTO``: each rank holds a whole rollout engine (hf, or vLLM at rollout TP 1). Per-rank batch
-sizes count DP ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Not
-implemented yet (they raise): CP > 1 on CPU (written for the GPU, never run:
-:mod:`hybridrl.workers.megatron.context_parallel`), megatron offload.
+sizes count DP ranks (``world / (TP × PP × CP)``). Checkpoints: :mod:`hybridrl.workers.megatron.checkpoint`. Offload
+(``actor.megatron.param_offload`` / ``grad_offload`` / ``optimizer_offload``, ``ref.megatron.param_offload``):
+:mod:`hybridrl.workers.megatron.offload`, after the build and around each call, as verl's Megatron worker; the
+rollout's weight sync brings the actor's params back for the sync only. Not implemented yet (it raises):
+CP > 1 on CPU (written for the GPU, never run: :mod:`hybridrl.workers.megatron.context_parallel`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,12 +40,11 @@ from hybridrl.workers.megatron.engine import (
     build_megatron_optimizer,
     export_hf_weights,
 )
+from hybridrl.workers.megatron.offload import MegatronOffload, OffloadFlags
 from hybridrl.workers.megatron.parallel import init_megatron_parallel, megatron_grid_exists
 
-__all__ = ["MegatronActorRolloutRefWorker", "compute_dtype", "data_parallel_size", "model_parallel_size",
-           "refuse_megatron_offload"]
+__all__ = ["MegatronActorRolloutRefWorker", "compute_dtype", "data_parallel_size", "model_parallel_size"]
 
-_OFFLOAD_KEYS = ("param_offload", "grad_offload", "optimizer_offload")
 _PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
                   "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel")
 MESH = "actor"  # the dispatch mesh of the actor's and the reference's data-parallel ranks
@@ -64,16 +67,6 @@ def data_parallel_size(world_size: int, megatron_config: Any, section: str) -> i
         raise ValueError(f"world size {world_size} is not a multiple of TP × PP × CP = {parallel} "
                          f"({section}.*_parallel_size)")
     return world_size // parallel
-
-
-def refuse_megatron_offload(megatron_config: Any, section: str) -> None:
-    """Raise NotImplementedError when ``section`` (a megatron section's path) turns on param/grad/optimizer offload
-    (not implemented yet; a reference's section has ``param_offload`` only)."""
-    enabled = [key for key in _OFFLOAD_KEYS if key in megatron_config and bool(megatron_config[key])]
-    if enabled:
-        raise NotImplementedError(
-            f"strategy=megatron: {section}.{enabled[0]}=True is not implemented yet; set it False."
-        )
 
 
 def compute_dtype(device_name: str) -> torch.dtype:
@@ -107,7 +100,6 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         return super()._standalone_plan(dp_size * model_parallel_size(self.config.actor.megatron))
 
     def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
-        refuse_megatron_offload(megatron_config, "megatron")
         if not hasattr(self, "hf_config"):
             from transformers import AutoConfig
 
@@ -139,6 +131,18 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         super().init_model()
         if self.rollout is not None:  # the rollout follows the Megatron actor: HF tensors gathered over TP
             self.rollout.state_dict_fn = lambda _module: export_hf_weights(self.actor_model)
+            sync = self.rollout.sync_weights
+            self.rollout.sync_weights = lambda: self._sync_with_actor_params(sync)
+        if getattr(self, "actor_model", None) is not None:  # megatron.*_offload: off the device until the first call
+            flags = OffloadFlags.of(self.config.actor.megatron)
+            self._actor_offload = MegatronOffload(self.actor_model, self._megatron_optimizer(), flags)
+            self._actor_offload.offload()
+
+    def _sync_with_actor_params(self, sync: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """The rollout's weight sync; with ``param_offload`` the actor's params are on the device for it only (the
+        whole sync: the engine copies the last bucket after the export's iterator ends), as verl's sharding manager."""
+        with self._actor_offload.on_device(with_optimizer=False):
+            return sync()
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref
@@ -148,6 +152,9 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             megatron_config = OmegaConf.merge(megatron_config, layout)
         ref_model = self._build_model(megatron_config, trainable=False)
         self.ref_module = ref_model.causal_lm
+        ref_flags = OffloadFlags(params=OffloadFlags.of(ref_config.megatron).params)  # ref.megatron.param_offload
+        self._ref_offload = MegatronOffload(ref_model, None, ref_flags)
+        self._ref_offload.offload()
         self.ref_policy = MegatronPPOActor(
             ref_config,
             ref_model,
@@ -165,23 +172,39 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=MESH))
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """``ref_log_prob [B, R]`` (the FSDP worker's, on this DP slice)."""
-        return super().compute_ref_log_prob(data)
+        """``ref_log_prob [B, R]`` (the FSDP worker's, on this DP slice; ``ref.megatron.param_offload``: the
+        reference's params on the device for this call only)."""
+        offload = getattr(self, "_ref_offload", None)
+        with offload.on_device(with_optimizer=False) if offload is not None else contextlib.nullcontext():
+            return super().compute_ref_log_prob(data)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=MESH))
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update on this DP slice; ``meta_info["metrics"]`` (the FSDP worker's)."""
         return super().update_actor(data)
 
-    # ------------------------------------------------------------------ offload (not implemented: refused at build)
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """The FSDP worker's; with ``param_offload`` the actor's params come back for the weight sync only (the
+        rollout's ``state_dict_fn``), as verl's Megatron sharding manager, not for the whole generation."""
+        self._generating = True
+        try:
+            return super().generate_sequences(prompts)
+        finally:
+            self._generating = False
+
+    # ------------------------------------------------------------------ offload (hybridrl.workers.megatron.offload)
 
     def _offload_actor(self, optimizer_too: bool) -> None:
-        return None
+        offload = getattr(self, "_actor_offload", None)
+        if offload is not None:
+            offload.offload(optimizer_too=optimizer_too)
 
     def _actor_on_device(self, with_optimizer: bool) -> Any:
-        import contextlib
-
-        return contextlib.nullcontext()
+        offload = getattr(self, "_actor_offload", None)
+        if offload is None or getattr(self, "_generating", False):
+            return contextlib.nullcontext()
+        return offload.on_device(with_optimizer)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -204,11 +227,12 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
 
         if hdfs_path is not None:
             raise NotImplementedError("hdfs_path is not supported; checkpoints are written to local_path only.")
-        if self._is_actor and self.actor.divergence_guard is not None:
-            self.actor.divergence_guard.check_savable(self.actor_module)
-        save_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
-                                 save_contents=self._checkpoint_contents("save_contents"),
-                                 tokenizer=self.tokenizer, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep)
+        with self._actor_on_device(with_optimizer=True):
+            if self._is_actor and self.actor.divergence_guard is not None:
+                self.actor.divergence_guard.check_savable(self.actor_module)
+            save_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
+                                     save_contents=self._checkpoint_contents("save_contents"), tokenizer=self.tokenizer,
+                                     global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(
@@ -222,7 +246,8 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             return
         if hdfs_path is not None:
             raise NotImplementedError("hdfs_path is not supported; pass a local checkpoint folder.")
-        load_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
-                                 load_contents=self._checkpoint_contents("load_contents"))
+        with self._actor_on_device(with_optimizer=True):
+            load_megatron_checkpoint(local_path, self.actor_model, self._megatron_optimizer(), self.actor_lr_scheduler,
+                                     load_contents=self._checkpoint_contents("load_contents"))
         if self.rollout is not None:
             self.rollout.mark_weights_stale()

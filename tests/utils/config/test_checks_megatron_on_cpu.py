@@ -47,9 +47,6 @@ def test_model_parallel_size_must_divide_the_ranks():
 @pytest.mark.parametrize("key,value,fix", [
     ("virtual_pipeline_model_parallel_size", 2, "set it to null"),
     ("expert_model_parallel_size", 2, "set it to 1"),
-    ("param_offload", True, "set it to False"),
-    ("grad_offload", True, "set it to False"),
-    ("optimizer_offload", True, "set it to False"),
     ("use_dist_checkpointing", True, "set it to False"),
 ])
 def test_what_the_megatron_workers_lack_is_refused_by_key(key, value, fix):
@@ -99,10 +96,14 @@ def test_pipeline_parallel_refuses_what_it_lacks_by_key():
     assert "policy (actor, reference) only" in message and "set it to 1" in message
 
 
-def test_the_reference_offload_key_counts_only_with_a_reference():
-    key = "actor_rollout_ref.ref.megatron.param_offload"
-    assert key not in _problems(f"{key}=True")  # GRPO without a KL term: no reference is built
-    assert "not implemented" in _problems(f"{key}=True", "actor_rollout_ref.actor.use_kl_loss=True")[key]
+def test_megatron_offload_keys_pass_for_every_section():
+    """param/grad/optimizer offload is implemented for the actor and critic, param offload for the reference and
+    reward model (hybridrl.workers.megatron.offload)."""
+    actor = [f"{ACTOR_MEGATRON}.{key}=True" for key in ("param_offload", "grad_offload", "optimizer_offload")]
+    critic = ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "critic.ppo_mini_batch_size=4",
+              *[f"critic.megatron.{key}=True" for key in ("param_offload", "grad_offload", "optimizer_offload")]]
+    reference = ["actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.ref.megatron.param_offload=True"]
+    assert _problems(*actor, *critic, *reference) == {}
 
 
 def test_strategy_megatron_in_the_fsdp_file_points_at_the_megatron_config():

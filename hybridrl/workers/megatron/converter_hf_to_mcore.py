@@ -35,7 +35,7 @@ def _layout(use_mbridge: bool) -> Any:
         tensor_model_parallel_size=1, pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=None,
         context_parallel_size=1, expert_model_parallel_size=1, expert_tensor_parallel_size=None,
         sequence_parallel=False, use_distributed_optimizer=False, use_mbridge=use_mbridge, seed=42,
-        override_transformer_config={},
+        override_transformer_config={}, use_dist_checkpointing=False, dist_checkpointing_path=None,
     ))
 
 

@@ -67,10 +67,10 @@ def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, 
         from hybridrl.workers.megatron.bridge import build_bridge, load_hf_weights_mbridge
 
         bridge = build_bridge(hf_config, dtype)  # also exports the weights (rollout sync, HF checkpoints)
-    if bool(megatron_config.get("use_dist_checkpointing", False)):
+    if bool(megatron_config.use_dist_checkpointing):
         from hybridrl.workers.megatron.dist_checkpoint import load_dist_checkpoint_weights
 
-        load_dist_checkpoint_weights(gpt, megatron_config.get("dist_checkpointing_path"),
+        load_dist_checkpoint_weights(gpt, megatron_config.dist_checkpointing_path,
                                      f"{section}.dist_checkpointing_path", value_model=value_head is not None)
     elif bridge is not None:
         load_hf_weights_mbridge(bridge, converted, model_path)

@@ -208,6 +208,8 @@ def load_dist_checkpoint_weights(gpt: nn.Module, path: Any, key: str, *, value_m
             raise DistCheckpointError(f"{key}={path!r}: the load returned no tensor for parameter {name!r}.")
         param.copy_(loaded[name].to(param.dtype).view_as(param))
         count += 1
+    if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+        print(f"[megatron] {key}: {count} parameters loaded from the dist checkpoint {path}", flush=True)
     return count
 
 

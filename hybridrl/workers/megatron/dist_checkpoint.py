@@ -192,10 +192,15 @@ def load_dist_checkpoint_weights(gpt: nn.Module, path: Any, key: str, *, value_m
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.serialization import StrictHandling
 
-    metadata = check_dist_checkpoint(path, key)
-    path = os.path.expanduser(str(path))
-    sharded = model_sharded_tensors(gpt, value_model)
-    _check_model_keys(sharded, metadata, path, key)
+    error: DistCheckpointError | None = None
+    try:
+        metadata = check_dist_checkpoint(path, key)
+        path = os.path.expanduser(str(path))
+        sharded = model_sharded_tensors(gpt, value_model)
+        _check_model_keys(sharded, metadata, path, key)
+    except DistCheckpointError as raised:
+        error = raised
+    _raise_on_every_rank(error)  # a rank that cannot load must not leave the others waiting in a collective
     with _restricted_index_reader(path, key):
         loaded = dist_checkpointing.load(sharded, path, sharded_strategy=_sharded_strategy(),
                                          common_strategy=_weights_only_common_load(key),
@@ -211,6 +216,19 @@ def load_dist_checkpoint_weights(gpt: nn.Module, path: Any, key: str, *, value_m
     if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
         print(f"[megatron] {key}: {count} parameters loaded from the dist checkpoint {path}", flush=True)
     return count
+
+
+def _raise_on_every_rank(error: DistCheckpointError | None) -> None:
+    """Raise on every rank when a rank's checks failed (its own message, else the first failing rank's)."""
+    messages: list[str | None] = [None if error is None else str(error)]
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        messages = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(messages, None if error is None else str(error))
+    if error is not None:
+        raise error
+    failed = [(rank, message) for rank, message in enumerate(messages) if message is not None]
+    if failed:
+        raise DistCheckpointError(f"rank {failed[0][0]} cannot load the dist checkpoint: {failed[0][1]}")
 
 
 def _sharded_strategy() -> Any:

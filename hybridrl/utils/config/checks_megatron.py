@@ -7,6 +7,7 @@ rollout in its worker) by ``actor_rollout_ref.actor.strategy``, the critic by ``
     <section>.megatron exists                   the FSDP file has no megatron sections: --config-name ppo_megatron_trainer
     ranks % (TP × PP × CP) == 0                  data-parallel size = ranks / (TP × PP × CP), an integer
     virtual PP, EP = 1                          not implemented in hybridrl's Megatron workers yet (they would raise)
+    use_dist_checkpointing → a path             dist_checkpointing_path names the megatron-core dist checkpoint
     CP > 1 on GPU only (warned: never run)       written for TransformerEngine attention (GPU layer spec); megatron-
                                                  core's local attention (CPU) asserts context_parallel_size == 1
     PP > 1: policy only, built-in converter,     the actor / reference run megatron-core's pipeline schedule; the
@@ -49,9 +50,8 @@ _WORKER_KIND = {ACTOR: "policy", "critic": "critic", "reward_model": "reward_mod
 _NOT_IMPLEMENTED = (
     ("virtual_pipeline_model_parallel_size", lambda v: v is not None, "the interleaved (virtual) pipeline schedule"),
     ("expert_model_parallel_size", lambda v: isinstance(v, int) and v > 1, "expert parallelism (MoE models)"),
-    ("use_dist_checkpointing", lambda v: v is True, "loading initial weights from a megatron dist checkpoint"),
 )
-_OFF_VALUE = {"virtual_pipeline_model_parallel_size": "null", "use_dist_checkpointing": "False"}
+_OFF_VALUE = {"virtual_pipeline_model_parallel_size": "null"}
 
 
 def megatron_sections(config: DictConfig, use_critic: bool, use_reference_policy: bool) -> list[str]:
@@ -81,6 +81,7 @@ def check_megatron(config: DictConfig, use_critic: bool, use_reference_policy: b
         if section != REF:  # the reference runs on the actor's layout
             _check_divides_world(config, section, problems)
         _check_not_implemented(config, section, problems)
+        _check_dist_checkpoint_path(config, section, problems)
         _check_context_parallel(config, section, problems)
         _check_pipeline(config, section, problems)
         _check_colocated_layout(config, section, problems)
@@ -157,6 +158,18 @@ def _check_not_implemented(config: DictConfig, section: str, problems: list[Conf
             off = _OFF_VALUE.get(name, "1")
             problems.append(ConfigProblem(f"{megatron}.{name}", f"{value!r}: {feature} is not implemented in "
                                           "hybridrl's Megatron workers yet (TP and DP are).", f"set it to {off}."))
+
+
+def _check_dist_checkpoint_path(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:
+    """``use_dist_checkpointing=True`` loads the initial weights from ``dist_checkpointing_path``: it must be set (the
+    folder itself is checked where it is read, on the workers: :mod:`hybridrl.workers.megatron.dist_checkpoint`)."""
+    megatron = f"{section}.megatron"
+    if get(config, f"{megatron}.use_dist_checkpointing") is True and not get(config, f"{megatron}.dist_checkpointing_path"):
+        problems.append(ConfigProblem(
+            f"{megatron}.dist_checkpointing_path", "null, but use_dist_checkpointing=True loads the initial weights "
+            "from a megatron-core dist checkpoint.", "write one with `python -m hybridrl.workers.megatron."
+            "converter_hf_to_mcore --hf_model_path <HF folder> --output_path <folder>` and set it to that folder, "
+            "or set use_dist_checkpointing=False."))
 
 
 def _check_context_parallel(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:

@@ -1,7 +1,8 @@
 """The Megatron engine of one rank: the model (+ megatron-core DDP), its HF weights in and out, and its optimizer.
 
     build_megatron_model  HF folder → GPTModel (TP/PP shard of this rank) → weights via mbridge or the built-in
-                          converter → (trainable) megatron-core DistributedDataParallel → MegatronCausalLM view
+                          converter (or a megatron-core dist checkpoint) → (trainable) megatron-core
+                          DistributedDataParallel → MegatronCausalLM view
     export_hf_weights     (HF name, full tensor) on every rank: weight sync to the rollout engine, HF export
     build_megatron_optimizer / build_megatron_lr_scheduler   megatron-core's optimizer over the DDP buffers
 """
@@ -46,11 +47,14 @@ class MegatronModel:
 
 def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, dtype: torch.dtype,
                          device_name: str, *, trainable: bool = False,
-                         value_head: dict[str, torch.Tensor] | None = None) -> MegatronModel:
+                         value_head: dict[str, torch.Tensor] | None = None,
+                         section: str = "actor_rollout_ref.actor.megatron") -> MegatronModel:
     """This rank's model with the HF weights of ``model_path`` (call :func:`init_megatron_parallel` first).
 
     ``megatron_config``: an ``actor_rollout_ref.actor.megatron``-shaped section (parallel sizes,
-    ``use_mbridge``, ``use_distributed_optimizer``, ``override_transformer_config``).
+    ``use_mbridge``, ``use_distributed_optimizer``, ``override_transformer_config``); with
+    ``use_dist_checkpointing`` the weights come from the megatron-core dist checkpoint ``dist_checkpointing_path``
+    instead (:mod:`hybridrl.workers.megatron.dist_checkpoint`; ``section``, its dotted path, names it in errors).
     ``value_head``: an HF ``score`` head (``{"weight": [1, H], "bias": [1]}``) → a value model (critic, reward
     model): the trunk's weights from ``model_path``, this head, and a :class:`MegatronValueModel` view.
     """
@@ -62,7 +66,13 @@ def build_megatron_model(model_path: str, hf_config: Any, megatron_config: Any, 
     if bool(megatron_config.use_mbridge):
         from hybridrl.workers.megatron.bridge import build_bridge, load_hf_weights_mbridge
 
-        bridge = build_bridge(hf_config, dtype)
+        bridge = build_bridge(hf_config, dtype)  # also exports the weights (rollout sync, HF checkpoints)
+    if bool(megatron_config.use_dist_checkpointing):
+        from hybridrl.workers.megatron.dist_checkpoint import load_dist_checkpoint_weights
+
+        load_dist_checkpoint_weights(gpt, megatron_config.dist_checkpointing_path,
+                                     f"{section}.dist_checkpointing_path", value_model=value_head is not None)
+    elif bridge is not None:
         load_hf_weights_mbridge(bridge, converted, model_path)
     else:
         weights.load_hf_weights(converted, weights.read_hf_state_dict(model_path), hf_config)

@@ -39,7 +39,7 @@ def build_value_model(model_config: Any, megatron_config: Any, section: str, dev
     """
     head, hf_config = load_hf_value_head(model_config)
     return build_megatron_model(model_config.path, hf_config, megatron_config, compute_dtype(device_name), device_name,
-                                trainable=trainable, value_head=head)
+                                trainable=trainable, value_head=head, section=section)
 
 
 def export_value_model_hf_weights(model: MegatronModel) -> Iterator[tuple[str, torch.Tensor]]:

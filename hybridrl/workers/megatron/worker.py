@@ -99,7 +99,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         dp_size = data_parallel_size(world_size, self._megatron_section(), f"actor_rollout_ref.{section}")
         return super()._standalone_plan(dp_size * model_parallel_size(self.config.actor.megatron))
 
-    def _build_model(self, megatron_config: Any, trainable: bool) -> MegatronModel:
+    def _build_model(self, megatron_config: Any, trainable: bool, section: str = "actor") -> MegatronModel:
         if not hasattr(self, "hf_config"):
             from transformers import AutoConfig
 
@@ -107,7 +107,8 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
             trust = bool(model_config.trust_remote_code)
             self.hf_config = AutoConfig.from_pretrained(model_config.path, trust_remote_code=trust)
         return build_megatron_model(self.config.model.path, self.hf_config, megatron_config,
-                                    compute_dtype(self._device_name), self._device_name, trainable=trainable)
+                                    compute_dtype(self._device_name), self._device_name, trainable=trainable,
+                                    section=f"actor_rollout_ref.{section}.megatron")
 
     def _build_actor(self, use_remove_padding: bool) -> None:
         actor_config = self.config.actor
@@ -150,7 +151,7 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         if self._on_actor_layout:  # verl: a reference in (or next to) the actor's worker uses the actor's layout
             layout = {key: self.config.actor.megatron[key] for key in _PARALLEL_KEYS}
             megatron_config = OmegaConf.merge(megatron_config, layout)
-        ref_model = self._build_model(megatron_config, trainable=False)
+        ref_model = self._build_model(megatron_config, trainable=False, section="ref")
         self.ref_module = ref_model.causal_lm
         ref_flags = OffloadFlags(params=OffloadFlags.of(ref_config.megatron).params)  # ref.megatron.param_offload
         self._ref_offload = MegatronOffload(ref_model, None, ref_flags)

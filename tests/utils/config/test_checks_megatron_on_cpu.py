@@ -47,11 +47,26 @@ def test_model_parallel_size_must_divide_the_ranks():
 @pytest.mark.parametrize("key,value,fix", [
     ("virtual_pipeline_model_parallel_size", 2, "set it to null"),
     ("expert_model_parallel_size", 2, "set it to 1"),
-    ("use_dist_checkpointing", True, "set it to False"),
 ])
 def test_what_the_megatron_workers_lack_is_refused_by_key(key, value, fix):
     problems = _problems(f"{ACTOR_MEGATRON}.{key}={value}")
     assert "not implemented" in problems[f"{ACTOR_MEGATRON}.{key}"] and fix in problems[f"{ACTOR_MEGATRON}.{key}"]
+
+
+@pytest.mark.parametrize("section", [ACTOR_MEGATRON, "actor_rollout_ref.ref.megatron"])
+def test_dist_checkpointing_needs_its_path(section):
+    key = f"{section}.dist_checkpointing_path"
+    kl_loss = "actor_rollout_ref.actor.use_kl_loss=True"  # a reference policy exists
+    message = _problems(f"{section}.use_dist_checkpointing=True", kl_loss)[key]
+    assert "use_dist_checkpointing=True" in message and "converter_hf_to_mcore" in message
+    # with a path the config passes (the folder is checked on the workers, where it is read)
+    assert _problems(f"{section}.use_dist_checkpointing=True", f"{key}=/ckpt/mcore", kl_loss) == {}
+
+
+def test_dist_checkpointing_path_of_the_critic_is_checked_by_its_key():
+    problems = _problems("critic.megatron.use_dist_checkpointing=True", "algorithm.adv_estimator=gae",
+                         "critic.enable_resource_pool=True")
+    assert "critic.megatron.dist_checkpointing_path" in problems
 
 
 def test_context_parallel_refusal_on_cpu_says_it_is_gpu_only_and_untested():

@@ -10,7 +10,8 @@ and that every file of ``load_contents`` exists on disk (the error names the mis
 any state, and reads tensors with safetensors only.
 
 ``save_contents`` / ``load_contents`` ⊆ {model, optimizer, extra, hf_model} (``checkpoint.*_contents``):
-``model`` the TP/PP shards + ``huggingface/`` config and tokenizer; ``optimizer`` each rank's optimizer state;
+``model`` the TP/PP shards (each pipeline stage its own layers, local indices, + its ``layer_offset``) +
+``huggingface/`` config and tokenizer; ``optimizer`` each rank's optimizer state;
 ``extra`` RNG states, the LR scheduler and the caller's JSON ``extra_state``; ``hf_model`` a full HF copy
 (safetensors) in ``huggingface/`` written by rank 0 (merge-free export, as verl's).
 """
@@ -69,14 +70,6 @@ def _rank_layout() -> tuple[layout.RankCoords, layout.ParallelSizes]:
 # ----------------------------------------------------------------------------- save
 
 
-def _refuse_pipeline_parallel(sizes: layout.ParallelSizes) -> None:
-    if sizes.pp > 1:
-        raise NotImplementedError(
-            f"Megatron checkpoints are not implemented for pipeline_model_parallel_size={sizes.pp} yet (the "
-            "per-stage layer names and the merger are not written); train with trainer.save_freq=-1 or PP=1."
-        )
-
-
 def save_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: Any = None, lr_scheduler: Any = None,
                              *, save_contents: Sequence[str], tokenizer: Any = None, global_step: int = 0,
                              max_ckpt_to_keep: int | None = None, extra_state: dict[str, Any] | None = None,
@@ -95,7 +88,6 @@ def save_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
     local_path = os.path.abspath(local_path)
     contents = [c for c in save_contents if c != "optimizer" or optimizer is not None]
     coords, sizes = _rank_layout()
-    _refuse_pipeline_parallel(sizes)
     if _rank() == 0:
         local_mkdir_safe(local_path)
         clear_complete(local_path)  # from here until the marker, this folder is "partial"
@@ -120,14 +112,18 @@ def save_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
 
 
 def _model_state(model: MegatronModel) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The GPTModel's tensors + which are TP-sharded and on which dim (the merger's input)."""
+    """This stage's GPTModel tensors (local layer indices) + which are TP-sharded and on which dim, and the global
+    index of the stage's first decoder layer (``layer_offset``; the merger's input)."""
     from megatron.core import parallel_state as ps
+
+    from hybridrl.workers.megatron.weights import layer_offset
 
     tensors = {name: value for name, value in model.gpt.state_dict().items() if isinstance(value, torch.Tensor)}
     sharded = {name: int(param.partition_dim)  # type: ignore[attr-defined]
                for name, param in model.gpt.named_parameters() if getattr(param, "tensor_model_parallel", False)}
     meta = {"tensor_parallel_partition_dim": sharded, "tp_size": ps.get_tensor_model_parallel_world_size(),
-            "vocab_size": int(model.hf_config.vocab_size)}
+            "vocab_size": int(model.hf_config.vocab_size),
+            "pp_rank": ps.get_pipeline_model_parallel_rank(), "layer_offset": layer_offset(model.gpt)}
     return tensors, meta
 
 
@@ -219,7 +215,6 @@ def load_megatron_checkpoint(local_path: str, model: MegatronModel, optimizer: A
     """
     local_path = os.path.abspath(local_path)
     contents = [c for c in load_contents if c != "hf_model" and (c != "optimizer" or optimizer is not None)]
-    _refuse_pipeline_parallel(_rank_layout()[1])
     files: dict[str, Any] = {}
     try:
         coords, sizes = _check_loadable(local_path, contents)

@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["hf_to_mcore_tensor", "iter_hf_weights", "load_hf_weights", "mcore_to_hf_tensors", "merge_tp_shards",
-           "read_hf_state_dict"]
+__all__ = ["global_name", "hf_to_mcore_tensor", "is_tied_output", "iter_hf_weights", "layer_offset", "load_hf_weights",
+           "mcore_to_hf_tensors", "merge_tp_shards", "read_hf_state_dict"]
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _DIRECT = {
@@ -141,7 +141,7 @@ def _pad_vocab(name: str, tensor: torch.Tensor, rows: int) -> torch.Tensor:
     return tensor
 
 
-def _layer_offset(model: nn.Module) -> int:
+def layer_offset(model: nn.Module) -> int:
     """Global index of this stage's first decoder layer (0 at PP=1): megatron-core's ``layer_number - 1``."""
     decoder = getattr(model, "decoder", None)
     layers = getattr(decoder, "layers", None)
@@ -154,13 +154,13 @@ def global_name(name: str, offset: int) -> str:
     return name if match is None or offset == 0 else f"decoder.layers.{int(match.group(1)) + offset}.{match.group(2)}"
 
 
-def _is_tied_output(name: str, hf_config: Any) -> bool:
+def is_tied_output(name: str, hf_config: Any) -> bool:
     """The last stage's copy of tied embeddings (PP > 1): HF has no ``lm_head.weight`` for it."""
     return name == "output_layer.weight" and bool(getattr(hf_config, "tie_word_embeddings", False))
 
 
 def _hf_tensors_of(name: str, hf_state: dict[str, torch.Tensor], hf_config: Any) -> list[torch.Tensor]:
-    if _is_tied_output(name, hf_config) and "lm_head.weight" not in hf_state:
+    if is_tied_output(name, hf_config) and "lm_head.weight" not in hf_state:
         return [hf_state["model.embed_tokens.weight"]]
     return [hf_state[n] for n in hf_names_of(name)]
 
@@ -173,7 +173,7 @@ def load_hf_weights(model: nn.Module, hf_state: dict[str, torch.Tensor], hf_conf
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
-    offset = _layer_offset(model)
+    offset = layer_offset(model)
     for local_name, param in model.named_parameters():
         name = global_name(local_name, offset)
         full = hf_to_mcore_tensor(name, _hf_tensors_of(name, hf_state, hf_config), hf_config)
@@ -242,10 +242,10 @@ def _iter_stage_hf_weights(model: nn.Module, hf_config: Any) -> Iterator[tuple[s
 
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     tp_group = parallel_state.get_tensor_model_parallel_group()
-    offset = _layer_offset(model)
+    offset = layer_offset(model)
     for local_name, param in model.named_parameters():
         name = global_name(local_name, offset)
-        if _is_tied_output(name, hf_config):
+        if is_tied_output(name, hf_config):
             continue  # the first stage exports the shared embedding
         full = param.detach()
         if getattr(param, "tensor_model_parallel", False) and tp_size > 1:

@@ -190,7 +190,7 @@ def _check_context_parallel(config: DictConfig, section: str, problems: list[Con
 
 
 def _check_pipeline(config: DictConfig, section: str, problems: list[ConfigProblem]) -> None:
-    """PP > 1 runs for the policy (actor, reference) with the built-in converter and without checkpoints."""
+    """PP > 1 runs for the policy (actor, reference, with checkpoints) with the built-in converter."""
     key = f"{section}.megatron.pipeline_model_parallel_size"
     pp = get(config, key)
     if not (isinstance(pp, int) and pp > 1):
@@ -202,16 +202,6 @@ def _check_pipeline(config: DictConfig, section: str, problems: list[ConfigProbl
     if get(config, f"{section}.megatron.use_mbridge") is True:
         problems.append(ConfigProblem(f"{section}.megatron.use_mbridge", f"True with {key}={pp}: pipeline stages load "
                                       "and export weights through the built-in converter only.", "set it to False."))
-    if section == ACTOR and _saves_or_resumes(config):
-        problems.append(ConfigProblem(key, f"{pp}: Megatron checkpoints (save, resume, model_merger) are not "
-                                      "implemented for pipeline-parallel layouts yet.",
-                                      "set trainer.save_freq=-1 and trainer.resume_mode=disable (or auto), or set it to 1."))
-
-
-def _saves_or_resumes(config: DictConfig) -> bool:
-    save_freq = get(config, "trainer.save_freq")
-    # resume_mode=auto without a checkpoint starts fresh; with one, the checkpoint loader refuses PP > 1 by itself
-    return (isinstance(save_freq, int) and save_freq > 0) or get(config, "trainer.resume_mode") == "resume_path"
 
 
 def _warn_sequence_parallel_on_cpu(config: DictConfig, section: str) -> None:

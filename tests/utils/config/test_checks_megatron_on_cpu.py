@@ -90,8 +90,12 @@ def test_context_parallel_on_gpu_passes_with_a_never_ran_warning(monkeypatch):
     assert problems == []
 
 
-def test_pipeline_parallel_policy_passes_with_the_builtin_converter_and_no_checkpoints():
+def test_pipeline_parallel_policy_passes_with_the_builtin_converter_and_checkpoints():
     assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.save_freq=-1") == {}
+    # checkpoints at PP > 1: saved per stage, resumed, merged (tests/megatron/test_megatron_pipeline_checkpoint_on_cpu.py)
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.save_freq=1") == {}
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.resume_mode=resume_path",
+                     "trainer.resume_from_path=/tmp/x") == {}
     # with a reference policy (KL loss) on the actor's layout
     assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "actor_rollout_ref.actor.use_kl_loss=True",
                      "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=2") == {}
@@ -99,12 +103,8 @@ def test_pipeline_parallel_policy_passes_with_the_builtin_converter_and_no_check
 
 def test_pipeline_parallel_refuses_what_it_lacks_by_key():
     pp = f"{ACTOR_MEGATRON}.pipeline_model_parallel_size"
-    problems = _problems(f"{pp}=2", "trainer.save_freq=1", f"{ACTOR_MEGATRON}.use_mbridge=True")
-    assert "checkpoints (save, resume, model_merger) are not implemented" in problems[pp]
-    assert "trainer.save_freq=-1" in problems[pp]
-    assert "built-in converter only" in problems[f"{ACTOR_MEGATRON}.use_mbridge"]
-    assert "checkpoints" in _problems(f"{pp}=2", "trainer.resume_mode=resume_path",
-                                      "trainer.resume_from_path=/tmp/x")[pp]
+    problems = _problems(f"{pp}=2", f"{ACTOR_MEGATRON}.use_mbridge=True")
+    assert "built-in converter only" in problems[f"{ACTOR_MEGATRON}.use_mbridge"] and pp not in problems
     critic = ["critic.enable=True", "critic.ppo_micro_batch_size_per_gpu=2", "critic.ppo_mini_batch_size=4",
               "critic.strategy=megatron", "critic.enable_resource_pool=True"]
     message = _problems(*critic, "critic.megatron.pipeline_model_parallel_size=2")["critic.megatron.pipeline_model_parallel_size"]

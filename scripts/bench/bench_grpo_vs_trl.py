@@ -100,8 +100,10 @@ def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir:
 
     Besides the step times, ``stage_medians_s`` holds the medians (warm-up step dropped) of the stage times
     the script reports per step (``gen``, ``gen_score``, ``update``), and ``peak_rss_gb`` its peak RSS."""
+    # the TRL environment does not install hybridrl: the script imports its reward function from this checkout
+    python_path = os.pathsep.join(p for p in (str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": python_path}
     jsonl = Path(out_dir) / "trl.jsonl"
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     jsonl.unlink(missing_ok=True)

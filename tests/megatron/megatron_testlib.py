@@ -91,6 +91,14 @@ def policy_batch(batch_size: int = 4, seed: int = 0) -> Any:
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
+def off_policy_update(worker: Any, seed: int) -> None:
+    """One ``update_actor`` of a Megatron policy ``worker`` on :func:`policy_batch` with old log-probs shifted off the
+    worker's own by 0.01 per response token (ratio ≠ 1: clipping is exercised)."""
+    data = policy_batch(seed=seed)
+    data.batch["old_log_probs"] = worker.compute_log_prob(data).batch["old_log_probs"] + 0.01 * data.batch["response_mask"]
+    worker.update_actor(data)
+
+
 def greedy_prompts(seed: int) -> Any:
     """The 6-token prompts of :func:`policy_batch` (``input_ids, attention_mask, position_ids``) for greedy decoding."""
     prompts = policy_batch(seed=seed).select(batch_keys=["input_ids", "attention_mask", "position_ids"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from megatron_testlib import policy_batch, policy_config, run_ranks
+from megatron_testlib import off_policy_update, policy_batch, policy_config, run_ranks
 
 # fp32 on CPU, same kernels in the same order: resume is bit-exact (measured max diff 0.0)
 RESUME_TOLERANCE = 0.0
@@ -33,12 +33,6 @@ def _worker(model_dir: str, tp_size: int, *overrides: str):
     return worker
 
 
-def _update(worker, seed: int) -> None:
-    data = policy_batch(seed=seed)
-    data.batch["old_log_probs"] = worker.compute_log_prob(data).batch["old_log_probs"] + 0.01 * data.batch["response_mask"]
-    worker.update_actor(data)
-
-
 @torch.no_grad()
 def _probe_logits(worker) -> torch.Tensor:
     """Megatron logits ``[2, 9, V]`` of a fixed unpadded batch."""
@@ -49,10 +43,10 @@ def _probe_logits(worker) -> torch.Tensor:
 
 def _train_save_train(rank: int, model_dir: str, ckpt: str, tp_size: int) -> dict:
     worker = _worker(model_dir, tp_size)
-    _update(worker, seed=1)
+    off_policy_update(worker, seed=1)
     worker.save_checkpoint(ckpt, global_step=1)
     logits = _probe_logits(worker)
-    _update(worker, seed=3)
+    off_policy_update(worker, seed=3)
     return {"logits": logits, "l2": worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"]}
 
 
@@ -73,10 +67,10 @@ def _refuse_then_resume(rank: int, model_dir: str, ckpt: str, tp_size: int, bad:
     probe = policy_batch(seed=2)
     load_megatron_checkpoint(ckpt, worker.actor_model, worker.actor_optimizer.optimizer, worker.actor_lr_scheduler,
                              load_contents=["model"])  # fresh Adam moments, LR schedule at step 0
-    _update(worker, seed=3)
+    off_policy_update(worker, seed=3)
     model_only = worker.compute_log_prob(probe).batch["old_log_probs"]
     worker.load_checkpoint(ckpt)
-    _update(worker, seed=3)
+    off_policy_update(worker, seed=3)
     return {"l2": worker.compute_log_prob(probe).batch["old_log_probs"], "model_only": model_only, **refusals}
 
 
@@ -179,7 +173,7 @@ def test_tp2_merged_folder_reproduces_megatron_logits(tp2_run, tmp_path):
 def _train_save(rank: int, model_dir: str, root: str) -> dict:
     """Update, save step 1, save step 2 with ``max_ckpt_to_keep=1`` (step 1 is rotated away)."""
     worker = _worker(model_dir, 1, "actor_rollout_ref.actor.megatron.use_mbridge=True")
-    _update(worker, seed=1)
+    off_policy_update(worker, seed=1)
     for step in (1, 2):
         worker.save_checkpoint(f"{root}/global_step_{step}/actor", global_step=step, max_ckpt_to_keep=1)
     return {"logits": _probe_logits(worker)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import torch
-from megatron_testlib import policy_batch, policy_config, run_ranks
+from megatron_testlib import off_policy_update, policy_batch, policy_config, run_ranks
 
 # fp32 on CPU, same kernels in the same order: resume is bit-exact (measured max diff 0.0)
 RESUME_TOLERANCE = 0.0
@@ -28,12 +28,6 @@ def _worker(model_dir: str):
     worker = MegatronActorRolloutRefWorker(policy_config(model_dir, 1, *_PP2), role="actor")
     worker.init_model()
     return worker
-
-
-def _update(worker, seed: int) -> None:
-    data = policy_batch(seed=seed)
-    data.batch["old_log_probs"] = worker.compute_log_prob(data).batch["old_log_probs"] + 0.01 * data.batch["response_mask"]
-    worker.update_actor(data)
 
 
 def _probe_input() -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,10 +59,10 @@ def _pipeline_logits(worker) -> torch.Tensor:
 
 def _train_save_train(rank: int, model_dir: str, ckpt: str) -> dict:
     worker = _worker(model_dir)
-    _update(worker, seed=1)
+    off_policy_update(worker, seed=1)
     worker.save_checkpoint(ckpt, global_step=1)
     logits = _pipeline_logits(worker)
-    _update(worker, seed=3)
+    off_policy_update(worker, seed=3)
     return {"logits": logits, "l2": worker.compute_log_prob(policy_batch(seed=2)).batch["old_log_probs"]}
 
 
@@ -81,10 +75,10 @@ def _load_and_train(rank: int, model_dir: str, ckpt: str) -> dict:
     probe = policy_batch(seed=2)
     load_megatron_checkpoint(ckpt, worker.actor_model, worker.actor_optimizer.optimizer, worker.actor_lr_scheduler,
                              load_contents=["model"])
-    _update(worker, seed=3)
+    off_policy_update(worker, seed=3)
     model_only = worker.compute_log_prob(probe).batch["old_log_probs"]
     worker.load_checkpoint(ckpt)
-    _update(worker, seed=3)
+    off_policy_update(worker, seed=3)
     return {"l2": worker.compute_log_prob(probe).batch["old_log_probs"], "model_only": model_only}
 
 

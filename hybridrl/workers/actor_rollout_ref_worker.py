@@ -156,6 +156,7 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
             self.actor_optimizer,
             use_remove_padding=use_remove_padding,
             enable_activation_offload=bool(self.config.model.enable_activation_offload),
+            share_prompt_prefix=bool(self.config.model.share_prompt_prefix),
             update=self.plan.actor,
             log_prob=self.plan.old_log_prob,
             temperature=float(self.config.rollout.temperature),
@@ -175,6 +176,7 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
             ref_config,
             self.ref_module,
             use_remove_padding=use_remove_padding,
+            share_prompt_prefix=bool(self.config.model.share_prompt_prefix),
             log_prob=self.plan.ref_log_prob,
             temperature=float(self.config.rollout.temperature),
         )

@@ -38,6 +38,7 @@ def check_batch_sizes(config: DictConfig, use_reference_policy: bool, use_critic
     _check_total(train_bsz, n, world, problems)
     _check_tensor_parallel(config, world, problems)
     _check_sequence_parallel_needs_packing(config, problems)
+    _check_shared_prefix_layout(config, problems)
     actor_dynamic = bool(get(config, f"{ACTOR}.use_dynamic_bsz"))
     if not actor_dynamic:
         _check_exclusive(config, ACTOR, "ppo_micro_batch_size", problems)
@@ -121,6 +122,19 @@ def _check_sequence_parallel_needs_packing(config: DictConfig, problems: list[Co
                     f"set {packing_key}=True (or the size to 1).",
                 )
             )
+
+
+def _check_shared_prefix_layout(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    """``model.share_prompt_prefix`` hands each prompt's KV cache to its rows: the padded layout only."""
+    key, packing_key = "actor_rollout_ref.model.share_prompt_prefix", "actor_rollout_ref.model.use_remove_padding"
+    if get(config, key) and get(config, packing_key):
+        problems.append(
+            ConfigProblem(
+                key,
+                f"{key}=True runs on padded micro-batches, but {packing_key}=True packs them.",
+                f"set {packing_key}=False (the shared prompt already skips the prompt's repeats), or {key}=False.",
+            )
+        )
 
 
 def _check_exclusive(config: DictConfig, section: str, param: str, problems: list[ConfigProblem]) -> None:

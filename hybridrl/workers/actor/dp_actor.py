@@ -119,6 +119,8 @@ class DataParallelPPOActor(BasePPOActor):
         use_remove_padding: pack sequences (``actor_rollout_ref.model.use_remove_padding``); None: read
             ``config.use_remove_padding``, where verl's worker copies it (absent: off).
         enable_activation_offload: ``actor_rollout_ref.model.enable_activation_offload``; None: as above.
+        share_prompt_prefix: ``actor_rollout_ref.model.share_prompt_prefix`` (padded layout: each distinct prompt
+            of a micro-batch runs once); None: as above.
         update: the batch plan's per-rank sizes of the PPO update; None: the section's sizes, already per rank
             (``ppo_mini_batch_size``, ``ppo_micro_batch_size_per_gpu``, ``ppo_max_token_len_per_gpu``), as verl.
         log_prob: micro-batches of :meth:`compute_log_prob`; None: read from ``data.meta_info`` per call (verl).
@@ -132,6 +134,7 @@ class DataParallelPPOActor(BasePPOActor):
         actor_optimizer: torch.optim.Optimizer | None = None,
         use_remove_padding: bool | None = None,
         enable_activation_offload: bool | None = None,
+        share_prompt_prefix: bool | None = None,
         *,
         update: RolePlan | None = None,
         log_prob: ForwardPlan | None = None,
@@ -144,6 +147,9 @@ class DataParallelPPOActor(BasePPOActor):
         if use_remove_padding is None:
             use_remove_padding = bool(config.get("use_remove_padding"))
         self.use_remove_padding = use_remove_padding
+        if share_prompt_prefix is None:
+            share_prompt_prefix = bool(config.get("share_prompt_prefix"))
+        self.share_prompt_prefix = share_prompt_prefix
         self.device_name = get_device_name()
         self._sp_size = int(config.ulysses_sequence_parallel_size or 1)
         chunked = bool(config.entropy_from_logits_with_chunking)
@@ -221,7 +227,9 @@ class DataParallelPPOActor(BasePPOActor):
             return outputs
 
         with compute_dtype_context(self.device_name):
-            outputs = forward_response(self.actor_module, micro_batch, self.use_remove_padding, token_fn)
+            outputs = forward_response(
+                self.actor_module, micro_batch, self.use_remove_padding, token_fn, self.share_prompt_prefix
+            )
         entropy = outputs[1] if calculate_entropy else None
         return entropy, outputs[0]
 

@@ -34,6 +34,7 @@ from torch import nn
 from hybridrl.utils import ulysses
 from hybridrl.utils.padding import all_padding_columns, pack_sequences
 from hybridrl.utils.varlen_attention import packed_attention_kwargs
+from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix
 
 __all__ = ["forward_packed_all_positions", "forward_response", "restore_order", "split_micro_batches"]
 
@@ -42,7 +43,11 @@ TokenFn = Callable[[torch.Tensor, torch.Tensor], Sequence[torch.Tensor]]
 
 
 def forward_response(
-    module: nn.Module, micro_batch: TensorDict, use_remove_padding: bool, token_fn: TokenFn
+    module: nn.Module,
+    micro_batch: TensorDict,
+    use_remove_padding: bool,
+    token_fn: TokenFn,
+    share_prompt_prefix: bool = False,
 ) -> list[torch.Tensor]:
     """Run ``module`` on a micro-batch and map its per-position outputs to response positions.
 
@@ -52,6 +57,8 @@ def forward_response(
         use_remove_padding: pack the valid tokens into one row (padding-free forward).
         token_fn: turns the model's ``logits [N, T, H]`` and the ids they predict ``[N, T]`` into
             per-token tensors ``[N, T]`` (e.g. log-probs and entropies, or values).
+        share_prompt_prefix: padded layout, causal LMs: run each distinct prompt once and hand its KV cache
+            to the rows that share it (:mod:`hybridrl.workers.actor.shared_prefix`); the same numbers.
 
     Returns:
         Each tensor of ``token_fn`` at the response positions: ``[B, R]``.
@@ -73,6 +80,10 @@ def forward_response(
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
     lead, trail = _all_padding_columns(attention_mask, response_length)
     kept = response_length - trail  # R' response columns that hold a token in some row
+    if share_prompt_prefix and _keeps_logits(module):
+        per_token = forward_response_shared_prefix(module, micro_batch, token_fn, lead, kept)
+        if per_token is not None:
+            return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]
     columns = slice(lead, attention_mask.shape[1] - trail)
     kwargs = {"logits_to_keep": kept + 1} if _keeps_logits(module) else {}
     output = module(

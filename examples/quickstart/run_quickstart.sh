@@ -34,6 +34,7 @@ if [ "$TRAIN_DTYPE" = auto ]; then         # bf16 only on CPUs with bf16 matmul 
   TRAIN_DTYPE="$("$PYTHON" -c 'from hybridrl.utils.cpu_features import has_native_bf16; print("fp32" if has_native_bf16() is False else "bf16")')"
 fi
 RECOMPUTE_OLD_LOG_PROB="${RECOMPUTE_OLD_LOG_PROB:-False}"  # one on-policy update per step: no old-log-prob pass
+SHARE_PROMPT_PREFIX="${SHARE_PROMPT_PREFIX:-True}"  # the update runs each prompt once for its N samples (same numbers)
 EXPERIMENT="${EXPERIMENT:-smollm2_grpo_seed${SEED}}"
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
@@ -62,6 +63,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     data.seed="$SEED" \
     actor_rollout_ref.model.path="$MODEL" \
     actor_rollout_ref.model.use_remove_padding=False \
+    actor_rollout_ref.model.share_prompt_prefix="$SHARE_PROMPT_PREFIX" \
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
     actor_rollout_ref.actor.optim.lr="$LR" \
     actor_rollout_ref.actor.ppo_mini_batch_size="$BATCH" \

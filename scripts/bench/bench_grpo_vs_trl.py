@@ -15,6 +15,8 @@ step callback. The first step of each is dropped (warm-up); medians over the res
 
 Like TRL with one update per generation, hybridrl skips the separate old-log-prob forward
 (``actor.recompute_old_log_prob=False``, the quickstart's setting); ``--recompute-old-log-prob`` turns it back on.
+As the quickstart, hybridrl's update runs each distinct prompt once for its ``n`` samples
+(``model.share_prompt_prefix=True``: the same log-probs and gradients); ``--no-share-prompt-prefix`` turns it off.
 
 With ``--val-every K`` both also report greedy held-out accuracy every K steps and the training minutes
 (validation excluded) to reach ``--target`` (the issue's 72.7%).
@@ -146,7 +148,8 @@ def bench_model(model: str, response_len: int, args: argparse.Namespace, out_roo
     model_dir, data_dir = quickstart_assets(model, args.cache_dir)
     shape = GRPOShape(prompts=args.prompts, n=args.n, response_length=response_len, lr=args.lr,
                       weight_decay=args.weight_decay, micro=args.micro, seed=args.seed,
-                      recompute_old_log_prob=args.recompute_old_log_prob)
+                      recompute_old_log_prob=args.recompute_old_log_prob,
+                      share_prompt_prefix=not args.no_share_prompt_prefix)
     records = []
     for index, precision in enumerate(args.precisions.split(",")):
         tag = f"{model} R={response_len} {precision}"
@@ -204,6 +207,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--recompute-old-log-prob", action="store_true",
                         help="hybridrl: run the separate old-log-prob forward (verl's default)")
+    parser.add_argument("--no-share-prompt-prefix", action="store_true",
+                        help="hybridrl: run every row's prompt in the update (model.share_prompt_prefix=False)")
     parser.add_argument("--precisions", default="fp32,bf16",
                         help="comma list of equal-precision pairs: fp32 (both fp32), bf16 (both bf16 autocast)")
     parser.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: speed only)")

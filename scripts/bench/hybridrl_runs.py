@@ -63,6 +63,7 @@ class GRPOShape:
     micro: int = 16
     seed: int = 1
     recompute_old_log_prob: bool = False  # hybridrl only: False skips the on-policy old-log-prob forward (as TRL)
+    share_prompt_prefix: bool = True  # hybridrl only: each distinct prompt runs once in the update (the quickstart's)
 
     @property
     def samples_per_step(self) -> int:
@@ -87,6 +88,7 @@ def main_ppo_overrides(model_dir: str, data_dir: str, shape: GRPOShape, steps: i
         "data.seed": shape.seed,
         "actor_rollout_ref.model.path": model_dir,
         "actor_rollout_ref.model.use_remove_padding": False,
+        "actor_rollout_ref.model.share_prompt_prefix": shape.share_prompt_prefix,
         "actor_rollout_ref.model.enable_gradient_checkpointing": shape.grad_ckpt,
         "actor_rollout_ref.actor.optim.lr": shape.lr,
         "actor_rollout_ref.actor.optim.weight_decay": shape.weight_decay,

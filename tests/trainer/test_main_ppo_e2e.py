@@ -46,8 +46,10 @@ def _assert_checkpoint(ckpt: str, step: int, world_size: int = 2, roles=("actor"
 
 
 def test_grpo_end_to_end(tiny_model_dir, arithmetic_data_dir, tmp_path):
+    # the actor and reference run each distinct prompt once (share_prompt_prefix; the quickstart's setting)
+    shared = {"actor_rollout_ref.model.share_prompt_prefix": True}
     ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt), metrics_file)
+    proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **shared), metrics_file)
     assert proc.returncode == 0, failure_report(proc)
     assert "Batch plan" in proc.stdout and "[main_ppo] finished; final validation metrics" in proc.stdout
     metrics = read_metrics(metrics_file)

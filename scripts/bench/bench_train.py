@@ -4,7 +4,9 @@ One process, a gloo group of world size 1, the actor exactly as the worker build
 (``build_fsdp_module`` → FSDP2, ``build_optimizer`` → AdamW, ``DataParallelPPOActor``). Variants:
 
     layout   padded (``use_remove_padding=False``) | packed (``True``; varlen attention ``hybridrl_varlen``) |
-             packed_dense (opt-in: the packed row under ``sdpa``'s dense nnz × nnz mask, the path before varlen)
+             packed_dense (opt-in: the packed row under ``sdpa``'s dense nnz × nnz mask, the path before varlen) |
+             padded_shared (opt-in: ``model.share_prompt_prefix=True``, each distinct prompt run once; with
+             ``--group-size n`` the rows come in GRPO groups of n samples sharing a prompt)
     bsz      fixed (``ppo_micro_batch_size_per_gpu``) | dynamic (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
     dtype    fp32 | bf16 (``fsdp_config.mixed_precision.param_dtype=bf16``: hybridrl's way on CPU, fp32
              master weights) | bf16_autocast (fp32 FSDP under ``torch.autocast("cpu", bf16)``, opt-in)
@@ -49,7 +51,7 @@ from bench_common import (  # noqa: E402
 )
 
 DTYPES = ("fp32", "bf16", "bf16_autocast")
-LAYOUTS = ("padded", "packed", "packed_dense")
+LAYOUTS = ("padded", "packed", "packed_dense", "padded_shared")
 _BF16_MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
@@ -76,8 +78,9 @@ def matmul_peak(sizes: list[int], repeats: int) -> dict[str, Any]:
 
 
 def build_batch(batch: int, prompt_len: int, response_len: int, full_share: float, vocab: int, pad_id: int,
-                seed: int) -> Any:
-    """A PPO batch with variable lengths (see the module docstring).
+                seed: int, group_size: int = 1) -> Any:
+    """A PPO batch with variable lengths (see the module docstring); rows ``g·n … g·n+n-1`` share one prompt
+    when ``group_size`` n > 1 (GRPO's samples of a prompt).
 
     Returns:
         DataProto with ``input_ids, attention_mask, position_ids [B, P+R]``, ``responses, response_mask,
@@ -92,6 +95,10 @@ def build_batch(batch: int, prompt_len: int, response_len: int, full_share: floa
     response_lens = sample_lengths(batch, response_len, max(1, response_len // 8), full_share, seed + 1)
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(5, vocab, (batch, prompt_len + response_len), generator=gen)
+    if group_size > 1:  # each row takes its group's first row's prompt
+        first = torch.arange(batch) // group_size * group_size
+        input_ids[:, :prompt_len] = input_ids[first, :prompt_len]
+        prompt_lens = [prompt_lens[int(row)] for row in first]
     attention_mask = torch.zeros_like(input_ids)
     for row, (p_len, r_len) in enumerate(zip(prompt_lens, response_lens)):
         attention_mask[row, prompt_len - p_len : prompt_len + r_len] = 1
@@ -121,7 +128,8 @@ def actor_config(args: argparse.Namespace, layout: str, bsz: str) -> Any:
         "use_dynamic_bsz": bsz == "dynamic", "ppo_max_token_len_per_gpu": token_budget(args), "ppo_epochs": 1,
         "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
         "policy_loss": {"loss_mode": "vanilla"}, "loss_agg_mode": "token-mean", "entropy_coeff": 0,
-        "use_kl_loss": False, "grad_clip": 1.0, "use_remove_padding": layout != "padded",
+        "use_kl_loss": False, "grad_clip": 1.0, "use_remove_padding": layout.startswith("packed"),
+        "share_prompt_prefix": layout == "padded_shared",
     })
 
 
@@ -257,7 +265,7 @@ def bench_model(name: str, model_dir: str, args: argparse.Namespace, peaks: dict
     tokenizer = engine_lib.build_tokenizer(model_dir)
     vocab = engine_lib.load_hf_config(model_dir).vocab_size
     data = build_batch(args.batch, args.prompt_len, args.response_len, args.full_share, vocab,
-                       tokenizer.pad_token_id or 0, args.seed)
+                       tokenizer.pad_token_id or 0, args.seed, args.group_size)
     valid_tokens = int(data.batch["attention_mask"].sum())
     records = []
     for dtype in args.dtypes:
@@ -303,6 +311,9 @@ def comparisons(records: list[dict]) -> list[dict]:
     for record in records:
         model, dtype, layout, bsz, phase = (record[k] for k in ("model", "dtype", "layout", "bsz", "phase"))
         base = {"model": model, "dtype": dtype, "layout": layout, "bsz": bsz, "phase": phase}
+        if layout == "padded_shared" and bsz == "fixed":
+            peer = find(records, **{**base, "layout": "padded"})
+            rows.append(_row(f"{model} {phase} {dtype}: shared prompt vs padded", record, peer, "padded"))
         if layout.startswith("packed") and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
             rows.append(_row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
@@ -357,6 +368,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--response-len", type=int, default=64)
     parser.add_argument("--full-share", type=float, default=0.2, help="share of responses cut at the limit")
     parser.add_argument("--micro", type=int, default=8, help="ppo_micro_batch_size_per_gpu")
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="rows per shared prompt (GRPO's n; 1: every row its own prompt)")
     parser.add_argument("--max-token-len", type=int, default=0,
                         help="ppo_max_token_len_per_gpu (0: micro × (prompt + response))")
     parser.add_argument("--dtypes", default="fp32,bf16", help=f"subset of {','.join(DTYPES)}")

@@ -105,6 +105,19 @@ def test_train_batch_is_left_padded_prompts_and_right_padded_responses():
     assert len({int(n) for n in mask.sum(-1)}) > 1  # variable lengths
 
 
+def test_train_batch_groups_share_their_prompt():
+    import torch
+    from bench_train import actor_config, build_batch, parse_args
+
+    data = build_batch(batch=8, prompt_len=8, response_len=5, full_share=0.5, vocab=100, pad_id=0, seed=1,
+                       group_size=4)
+    prompts = data.batch["input_ids"][:, :8] * data.batch["attention_mask"][:, :8]
+    assert all(torch.equal(prompts[row], prompts[row // 4 * 4]) for row in range(8))
+    assert not torch.equal(prompts[0], prompts[4])
+    config = actor_config(parse_args(["--layouts", "padded_shared"]), "padded_shared", "fixed")
+    assert config.share_prompt_prefix and not config.use_remove_padding
+
+
 def test_controller_step_batches_have_the_trainer_keys_and_sizes():
     from bench_controller import step_batches
 

@@ -26,17 +26,24 @@ def make_ppo_batch(batch_size: int = 4, vocab: int = 500, seed: int = 0, full_re
     for row, (p_len, r_len) in enumerate(zip(prompt_lens, response_lens)):
         attention_mask[row, PROMPT_LEN - p_len : PROMPT_LEN + r_len] = 1
     input_ids = torch.where(attention_mask.bool(), input_ids, torch.zeros_like(input_ids))
-    position_ids = compute_position_id_with_mask(attention_mask)
-    response_mask = attention_mask[:, PROMPT_LEN:]
+    return ppo_batch_from(input_ids, attention_mask, PROMPT_LEN, gen)
+
+
+def ppo_batch_from(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                   gen: torch.Generator) -> DataProto:
+    """The PPO keys the actor reads, around ``input_ids, attention_mask [B, P+R]`` (prompt = the first ``prompt_len``
+    columns): positions from the mask, random advantages on response tokens, zero old/ref log-probs."""
+    batch_size, response_len = input_ids.shape[0], input_ids.shape[1] - prompt_len
+    response_mask = attention_mask[:, prompt_len:]
     tensors = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "responses": input_ids[:, PROMPT_LEN:],
+        "position_ids": compute_position_id_with_mask(attention_mask),
+        "responses": input_ids[:, prompt_len:],
         "response_mask": response_mask,
-        "advantages": torch.randn(batch_size, RESPONSE_LEN, generator=gen) * response_mask,
-        "old_log_probs": torch.zeros(batch_size, RESPONSE_LEN),
-        "ref_log_prob": torch.zeros(batch_size, RESPONSE_LEN),
+        "advantages": torch.randn(batch_size, response_len, generator=gen) * response_mask,
+        "old_log_probs": torch.zeros(batch_size, response_len),
+        "ref_log_prob": torch.zeros(batch_size, response_len),
     }
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.torch_functional import compute_position_id_with_mask, entropy_from_logits, logprobs_from_logits
+from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.actor.forward import forward_response
 from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix, prompt_groups
+from tests.workers.actor.conftest import ppo_batch_from
 from tests.workers.engine.engine_testlib import fsdp_config, single_rank_group
 
 PROMPT_LEN, RESPONSE_LEN = 9, 6
@@ -41,18 +42,7 @@ def grouped_batch(prompt_lens=(9, 5, 7), n=4, seed=0, shuffle=True) -> DataProto
     if shuffle:
         order = torch.randperm(batch_size, generator=gen)
         input_ids, attention_mask = input_ids[order], attention_mask[order]
-    input_ids = input_ids * attention_mask
-    response_mask = attention_mask[:, PROMPT_LEN:]
-    tensors = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": compute_position_id_with_mask(attention_mask),
-        "responses": input_ids[:, PROMPT_LEN:],
-        "response_mask": response_mask,
-        "advantages": torch.randn(batch_size, RESPONSE_LEN, generator=gen) * response_mask,
-        "old_log_probs": torch.zeros(batch_size, RESPONSE_LEN),
-    }
-    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+    return ppo_batch_from(input_ids * attention_mask, attention_mask, PROMPT_LEN, gen)
 
 
 def token_fn(logits, next_tokens):

@@ -21,12 +21,12 @@ every row), R response columns (R' after dropping trailing all-padding columns),
 
 from __future__ import annotations
 
-import functools
-import inspect
 from typing import Any
 
 import torch
 from torch import nn
+
+from hybridrl.utils.hf_cache import cache_kwarg, output_cache
 
 __all__ = ["forward_response_shared_prefix", "prompt_groups"]
 
@@ -95,7 +95,7 @@ def forward_response_shared_prefix(
             attention_mask=attention_mask[:, lead : prompt_end + kept - 1],
             position_ids=position_ids[:, scored],
             use_cache=True,
-            **{_cache_argument(module): cache},
+            **cache_kwarg(module, cache),
         )
         per_token.append(list(token_fn(output.logits, responses[:, 1:kept])))  # each [B, R'-1]
     return [torch.cat(parts, dim=1) for parts in zip(*per_token)]
@@ -112,23 +112,13 @@ def _prompt_pass(
         use_cache=True,
         logits_to_keep=1,
     )
-    cache = output.get("cache") if "cache" in output else output.get("past_key_values")  # transformers 5.25 / before
+    cache = output_cache(output)
     if cache is None:
         raise RuntimeError(
             f"{type(getattr(module, 'module', module)).__name__} returned no KV cache with use_cache=True: "
             "set actor_rollout_ref.model.share_prompt_prefix=False for this model."
         )
     return output.logits, cache
-
-
-def _cache_argument(module: nn.Module) -> str:
-    """The forward's KV-cache argument: ``cache`` from transformers 5.25, ``past_key_values`` before."""
-    return _cache_argument_of(type(getattr(module, "module", module)))
-
-
-@functools.cache
-def _cache_argument_of(model_class: type) -> str:
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def _recomputes_activations(module: nn.Module) -> bool:

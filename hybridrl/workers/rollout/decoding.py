@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hybridrl.utils.hf_cache import cache_kwarg
 from hybridrl.utils.padding import all_padding_columns
 from hybridrl.workers.rollout.sampling import SamplingParams
 
@@ -130,9 +131,9 @@ def prefill_distinct_rows(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,  # [rows, 1, V]
+        **cache_kwarg(model, cache),
     ).logits[:, -1]
     if select is None:
         return logits
@@ -243,8 +244,8 @@ def decode_batch(
             input_ids=tokens.unsqueeze(-1),
             attention_mask=full_mask[:, : prompt_width + step + 1],
             position_ids=next_pos,
-            past_key_values=cache,
             use_cache=True,
+            **cache_kwarg(model, cache),
         ).logits[:, -1]
         next_pos = next_pos + 1
     return recorder.result()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hybridrl.utils.hf_cache import cache_kwarg
 from hybridrl.utils.padding import all_padding_columns
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, StepEngine
 from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, row_kv, stack_prefixes, trim_leading
@@ -281,9 +282,9 @@ class HFBatcher(StepEngine):
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **cache_kwarg(self.rollout.model, cache),
         ).logits[:, -1]
         return requests, (cache, mask, position_ids[:, -1:] + 1, logits)
 
@@ -322,7 +323,7 @@ class HFBatcher(StepEngine):
             input_ids=tokens.unsqueeze(-1),
             attention_mask=self.attention_mask,
             position_ids=self.next_pos,
-            past_key_values=self.cache,
             use_cache=True,
+            **cache_kwarg(self.rollout.model, self.cache),
         ).logits[:, -1]
         self.next_pos = self.next_pos + 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PackedBatch", "all_padding_columns", "pack_sequences", "pad_input", "unpad_input"]
+__all__ = ["PackedBatch", "all_padding_columns", "pack_sequences", "pad_input", "prompt_groups", "unpad_input"]
 
 
 def all_padding_columns(attention_mask: torch.Tensor) -> tuple[int, int]:
@@ -33,6 +33,29 @@ def all_padding_columns(attention_mask: torch.Tensor) -> tuple[int, int]:
         return 0, 0
     columns = attended.nonzero().flatten()
     return int(columns[0]), attention_mask.shape[1] - 1 - int(columns[-1])
+
+
+def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows that hold the same prompt.
+
+    Args:
+        prompt_ids: ``[B, P]`` left-padded prompt token ids.
+        prompt_mask: ``[B, P]`` 1 on prompt tokens, 0 on padding.
+
+    Returns:
+        ``(first_rows [G], group_of_row [B])``: one row index per distinct prompt and each row's group
+        (``first_rows[group_of_row[b]]`` holds the same prompt as row ``b``), or ``None`` when no two rows share
+        a prompt (nothing to save).
+    """
+    keyed = prompt_ids.masked_fill(prompt_mask == 0, -1)  # pad ids differ between tokenizers: compare masks too
+    _, group_of_row = torch.unique(keyed, dim=0, return_inverse=True)
+    num_groups = int(group_of_row.max()) + 1
+    if num_groups == keyed.shape[0]:
+        return None
+    rows = torch.arange(keyed.shape[0], device=keyed.device)
+    first_rows = torch.full((num_groups,), keyed.shape[0], dtype=torch.long, device=keyed.device)
+    first_rows.scatter_reduce_(0, group_of_row, rows, reduce="amin")
+    return first_rows, group_of_row
 
 
 def unpad_input(

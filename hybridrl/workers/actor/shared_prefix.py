@@ -27,31 +27,9 @@ import torch
 from torch import nn
 
 from hybridrl.utils.hf_cache import cache_kwarg, output_cache
+from hybridrl.utils.padding import prompt_groups
 
-__all__ = ["forward_response_shared_prefix", "prompt_groups"]
-
-
-def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Rows that hold the same prompt.
-
-    Args:
-        prompt_ids: ``[B, P]`` left-padded prompt token ids.
-        prompt_mask: ``[B, P]`` 1 on prompt tokens, 0 on padding.
-
-    Returns:
-        ``(first_rows [G], group_of_row [B])``: one row index per distinct prompt and each row's group
-        (``first_rows[group_of_row[b]]`` holds the same prompt as row ``b``), or ``None`` when no two rows share
-        a prompt (nothing to save).
-    """
-    keyed = prompt_ids.masked_fill(prompt_mask == 0, -1)  # pad ids differ between tokenizers: compare masks too
-    _, group_of_row = torch.unique(keyed, dim=0, return_inverse=True)
-    num_groups = int(group_of_row.max()) + 1
-    if num_groups == keyed.shape[0]:
-        return None
-    rows = torch.arange(keyed.shape[0], device=keyed.device)
-    first_rows = torch.full((num_groups,), keyed.shape[0], dtype=torch.long, device=keyed.device)
-    first_rows.scatter_reduce_(0, group_of_row, rows, reduce="amin")
-    return first_rows, group_of_row
+__all__ = ["forward_response_shared_prefix"]
 
 
 def forward_response_shared_prefix(

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from hybridrl.utils.hf_cache import cache_kwarg
-from hybridrl.utils.padding import all_padding_columns
+from hybridrl.utils.padding import all_padding_columns, prompt_groups
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
@@ -120,12 +120,9 @@ def prefill_distinct_rows(
 
     Returns the next-token logits ``[B, V]`` of every row. The head runs on the last prompt position only.
     """
-    rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=-1)  # [B, 2P]
-    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)  # [U, 2P], [B]
-    select = None
-    if distinct.shape[0] < rows.shape[0]:  # run the first row of each distinct prompt
-        first = torch.full((distinct.shape[0],), rows.shape[0], dtype=torch.long, device=rows.device)
-        select = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
+    groups = prompt_groups(input_ids, attention_mask)  # None: every row is its own prompt
+    if groups is not None:  # run the first row of each distinct prompt
+        select, inverse = groups
         input_ids, attention_mask, position_ids = input_ids[select], attention_mask[select], position_ids[select]
     logits = model(
         input_ids=input_ids,
@@ -135,7 +132,7 @@ def prefill_distinct_rows(
         logits_to_keep=1,  # [rows, 1, V]
         **cache_kwarg(model, cache),
     ).logits[:, -1]
-    if select is None:
+    if groups is None:
         return logits
     # cache row u holds distinct prompt u; row i of the batch is prompt inverse[i]
     cache.batch_select_indices(inverse)

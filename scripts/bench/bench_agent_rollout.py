@@ -21,7 +21,6 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import emit_json, log  # noqa: E402
 from bench_continuous_batching import (  # noqa: E402
     MODELS,
     build_model_dir,
@@ -30,6 +29,7 @@ from bench_continuous_batching import (  # noqa: E402
     rollout_section,
     timed_pair,
 )
+from figures import emit_json, log  # noqa: E402
 
 TOOL_TEXT = "result: 1234"
 TARGET_RATIO = 0.7

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import emit_json, log  # noqa: E402
+from figures import emit_json, log  # noqa: E402
 from hybridrl_runs import GRPOShape, PPORun, main_ppo_overrides, quickstart_assets, run_main_ppo  # noqa: E402
 
 SEPARATE = {

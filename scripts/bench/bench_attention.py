@@ -32,8 +32,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
-from bench_common import emit_json, headline, log, summarize, time_calls  # noqa: E402
 from bench_train import build_batch  # noqa: E402
+from figures import emit_json, headline, log, summarize, time_calls  # noqa: E402
 
 VARIANTS = ("padded", "packed_dense", "packed_varlen")
 

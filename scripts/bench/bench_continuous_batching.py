@@ -27,7 +27,7 @@ import torch
 from omegaconf import OmegaConf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import emit_json, log  # noqa: E402
+from figures import emit_json, log  # noqa: E402
 
 MODELS = {  # random-weight Qwen2 models (as bench_rollout.py)
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2),

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from bench_common import emit_json, headline, log, median, ratio, summarize, time_calls  # noqa: E402
+from figures import emit_json, headline, log, median, ratio, summarize, time_calls  # noqa: E402
 
 from hybridrl.protocol import DataProto  # noqa: E402
 from hybridrl.single_controller.base import Worker  # noqa: E402

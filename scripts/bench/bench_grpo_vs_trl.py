@@ -41,7 +41,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import emit_json, headline, log, median, summarize  # noqa: E402
+from figures import emit_json, headline, log, median, summarize  # noqa: E402
 from hybridrl_runs import GRPOShape, main_ppo_overrides, quickstart_assets, run_main_ppo  # noqa: E402
 
 

@@ -42,8 +42,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from bench_common import emit_json, headline, log  # noqa: E402
 from bench_grpo_vs_trl import add_rates, run_hybridrl, run_trl  # noqa: E402
+from figures import emit_json, headline, log  # noqa: E402
 from hybridrl_runs import GRPOShape, quickstart_assets  # noqa: E402
 from peak_memory import PeakMemory, worker_peak_gb  # noqa: E402
 

@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (  # noqa: E402
+from figures import (  # noqa: E402
     emit_json,
     headline,
     log,

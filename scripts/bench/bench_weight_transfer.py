@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import emit_json, log, summarize  # noqa: E402
+from figures import emit_json, log, summarize  # noqa: E402
 
 _MB = 1024 * 1024
 _UNBUCKETED_MB = 1 << 20  # larger than any model here: one bucket

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from bench_common import headline, log, markdown_table  # noqa: E402
+from figures import headline, log, markdown_table  # noqa: E402
 
 BENCHMARKS = ("rollout", "train", "controller", "grpo_vs_trl")
 SMOLLM2_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hybridrl" / "smollm2-135m-instruct"

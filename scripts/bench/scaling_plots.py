@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench_common import log
+from figures import log
 
 COLORS = {"step": "black", "gen": "tab:blue", "update": "tab:red", "old_log_prob": "tab:purple",
           "ref": "tab:brown", "other": "tab:gray"}

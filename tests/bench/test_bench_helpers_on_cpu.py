@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from bench_common import (
+from figures import (
     headline,
     markdown_table,
     matmul_flops,

@@ -1,4 +1,4 @@
-"""Pure helpers the benchmark scripts share: medians over repeats, ratios, FLOP/MFU arithmetic, target
+"""Benchmark figures: medians over repeats, ratios, FLOP/MFU arithmetic, target
 checks, markdown tables and JSON output. No torch at import time (the fast tests import this module).
 
 Conventions:

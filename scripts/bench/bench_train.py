@@ -174,16 +174,22 @@ def dtype_context(dtype: str) -> contextlib.AbstractContextManager[Any]:
 
 
 def micro_batch_tokens(data: Any, config: Any) -> tuple[int, int]:
-    """``(micro-batches, tokens the forward computes)`` of one mini-batch: padded rows count their full
-    width, packed rows their valid tokens."""
-    from hybridrl.workers.actor.forward import split_micro_batches
+    """``(micro-batches, token slots the forward computes)`` of one mini-batch: packed rows count their valid
+    tokens, padded rows their width less the columns that are padding in the whole micro-batch (which the
+    padded forward skips). Valid tokens / padded slots bounds what packing can gain on per-token work."""
+    from hybridrl.workers.actor.forward import skipped_columns, split_micro_batches
 
     micro_batches, _ = split_micro_batches(
         data.batch, config.ppo_micro_batch_size_per_gpu, config.use_dynamic_bsz, config.ppo_max_token_len_per_gpu
     )
-    packed = config.use_remove_padding
-    return len(micro_batches), sum(int(mb["attention_mask"].sum()) if packed else mb["attention_mask"].numel()
-                                   for mb in micro_batches)
+    if config.use_remove_padding:
+        return len(micro_batches), sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
+    slots = 0
+    for mb in micro_batches:
+        mask = mb["attention_mask"]
+        lead, trail = skipped_columns(mask, mb["responses"].shape[-1])
+        slots += mask.shape[0] * (mask.shape[1] - lead - trail)
+    return len(micro_batches), slots
 
 
 # ----------------------------------------------------------------------------- one model
@@ -316,8 +322,13 @@ def comparisons(records: list[dict]) -> list[dict]:
             rows.append(_row(f"{model} {phase} {dtype}: shared prompt vs padded", record, peer, "padded"))
         if layout.startswith("packed") and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
-            rows.append(_row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
-                             1.5 if phase == "update" and layout == "packed" else None))
+            row = _row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
+                       1.5 if phase == "update" and layout == "packed" else None)
+            if row is not None:  # packing can gain at most the padded slots per valid token on per-token work
+                row["note"] += (f"; padded computes {peer['computed_tokens']} token slots for "
+                                f"{record['computed_tokens']} valid: at most "
+                                f"{peer['computed_tokens'] / record['computed_tokens']:.2f}× on per-token work")
+            rows.append(row)
         if phase != "update":
             continue
         if bsz == "dynamic" and dtype == "fp32":

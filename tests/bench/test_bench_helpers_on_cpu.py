@@ -118,6 +118,25 @@ def test_train_batch_groups_share_their_prompt():
     assert config.share_prompt_prefix and not config.use_remove_padding
 
 
+def test_computed_token_slots_drop_the_columns_the_padded_forward_skips():
+    import torch
+    from bench_train import micro_batch_tokens
+    from omegaconf import OmegaConf
+
+    from hybridrl.protocol import DataProto
+
+    # P = 4, R = 3; column 0 (prompt) and column 6 (response) are padding in both rows: 2 × 5 slots, 8 valid
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0]])
+    data = DataProto.from_dict({"attention_mask": mask, "responses": torch.ones(2, 3, dtype=torch.long)})
+
+    def config(packed: bool):
+        return OmegaConf.create({"ppo_micro_batch_size_per_gpu": 2, "use_dynamic_bsz": False,
+                                 "ppo_max_token_len_per_gpu": 14, "use_remove_padding": packed})
+
+    assert micro_batch_tokens(data, config(packed=False)) == (1, 10)
+    assert micro_batch_tokens(data, config(packed=True)) == (1, 8)
+
+
 def test_controller_step_batches_have_the_trainer_keys_and_sizes():
     from bench_controller import step_batches
 

@@ -78,7 +78,7 @@ def forward_response(
         else:
             per_token = _forward_packed(module, packed, next_tokens, token_fn, response_length)
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
-    lead, trail = _all_padding_columns(attention_mask, response_length)
+    lead, trail = skipped_columns(attention_mask, response_length)
     kept = response_length - trail  # R' response columns that hold a token in some row
     if share_prompt_prefix and _keeps_logits(module):
         per_token = forward_response_shared_prefix(module, micro_batch, token_fn, lead, kept)
@@ -98,7 +98,7 @@ def forward_response(
     return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]  # [B, R], 0 past every response
 
 
-def _all_padding_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
+def skipped_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
     """Leading and trailing columns of ``attention_mask [B, S]`` the padded forward skips.
 
     They are padding in every row: prompts left-padded to ``max_prompt_length`` and responses that all end

@@ -22,7 +22,6 @@ CP > 1 on CPU (written for the GPU, never run: :mod:`hybridrl.workers.megatron.c
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -132,18 +131,18 @@ class MegatronActorRolloutRefWorker(ActorRolloutRefWorker):
         super().init_model()
         if self.rollout is not None:  # the rollout follows the Megatron actor: HF tensors gathered over TP
             self.rollout.state_dict_fn = lambda _module: export_hf_weights(self.actor_model)
-            sync = self.rollout.sync_weights
-            self.rollout.sync_weights = lambda: self._sync_with_actor_params(sync)
+            self.rollout.sync_context = self._actor_params_on_device
         if getattr(self, "actor_model", None) is not None:  # megatron.*_offload: off the device until the first call
             flags = OffloadFlags.of(self.config.actor.megatron)
             self._actor_offload = MegatronOffload(self.actor_model, self._megatron_optimizer(), flags)
             self._actor_offload.offload()
 
-    def _sync_with_actor_params(self, sync: Callable[[], dict[str, float]]) -> dict[str, float]:
-        """The rollout's weight sync; with ``param_offload`` the actor's params are on the device for it only (the
-        whole sync: the engine copies the last bucket after the export's iterator ends), as verl's sharding manager."""
-        with self._actor_offload.on_device(with_optimizer=False):
-            return sync()
+    def _actor_params_on_device(self) -> contextlib.AbstractContextManager[Any]:
+        """Around the rollout's weight sync: with ``param_offload`` the actor's params are on the device for the
+        whole sync only (the engine copies the last bucket after the export's iterator ends), as verl's sharding
+        manager; a no-op otherwise."""
+        offload = getattr(self, "_actor_offload", None)
+        return offload.on_device(with_optimizer=False) if offload is not None else contextlib.nullcontext()
 
     def _build_ref(self, use_remove_padding: bool) -> None:
         ref_config = self.config.ref

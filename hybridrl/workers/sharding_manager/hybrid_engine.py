@@ -21,6 +21,7 @@ that adapter and compares sampled ``A`` / ``scaling · B`` values. An adapter th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -63,6 +64,8 @@ class RolloutHandle:
         free_cache_engine: ``rollout.free_cache_engine``: sleep after generation.
         verify_weights: check the engine's weights after each sync.
         state_dict_fn: full-state-dict iterator (default: the engine's ``iter_full_state_dict``).
+        sync_context: called for a context manager entered around each whole sync (the export's iterator and
+            the engine's last bucket included): e.g. an offloaded actor's params brought to the device for it.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class RolloutHandle:
         free_cache_engine: bool = True,
         verify_weights: bool = True,
         state_dict_fn: StateDictFn = iter_full_state_dict,
+        sync_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
         self.engine = engine
         self.actor_module = actor_module
@@ -83,6 +87,7 @@ class RolloutHandle:
         self.free_cache_engine = free_cache_engine
         self.verify_weights = verify_weights
         self.state_dict_fn = state_dict_fn
+        self.sync_context = sync_context
         self._stale = actor_module is not None
         self._base_synced = False  # adapter mode: the frozen base weights are loaded once
         self.last_sync_metrics: dict[str, float] = {}
@@ -115,7 +120,8 @@ class RolloutHandle:
         if self.actor_module is None:
             raise RuntimeError("this rollout handle follows no actor module: nothing to sync")
         start = time.perf_counter()
-        counts = self._sync_adapter_or_fallback() if self.adapter_mode else self._sync_full(self.state_dict_fn)
+        with self.sync_context():
+            counts = self._sync_adapter_or_fallback() if self.adapter_mode else self._sync_full(self.state_dict_fn)
         self._stale = False
         self.last_sync_metrics = {
             "rollout/weight_sync_s": time.perf_counter() - start,

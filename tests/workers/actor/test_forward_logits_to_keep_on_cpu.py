@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from hybridrl.workers.actor.forward import _all_padding_columns, _keeps_logits, forward_response
+from hybridrl.workers.actor.forward import skipped_columns, _keeps_logits, forward_response
 from tests.workers.actor.conftest import make_ppo_batch
 
 
@@ -39,7 +39,7 @@ def test_response_only_head_matches_full_logits(tiny_model_dir, use_remove_paddi
     batch = make_ppo_batch(batch_size=12, vocab=model.config.vocab_size).batch
     if shared_padding:  # rows 2 and 11: prompts of 4/6 tokens, responses of 3 and 2 of 5: 2 + 2 columns skipped
         batch = batch[torch.tensor([2, 11])]
-        assert _all_padding_columns(batch["attention_mask"], batch["responses"].shape[1]) == (2, 2)
+        assert skipped_columns(batch["attention_mask"], batch["responses"].shape[1]) == (2, 2)
     mask = batch["response_mask"].bool()
 
     fast = forward_response(model, batch, use_remove_padding, token_fn)

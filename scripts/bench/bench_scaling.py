@@ -3,7 +3,7 @@ length R grows (at group size ``--base-n``) and as the group size n grows (at le
 
 Each point runs both sides through ``bench_grpo_vs_trl.py``'s runners (hybridrl ``main_ppo`` on one worker,
 TRL ``GRPOTrainer`` via ``trl_grpo_quickstart.py``; fp32, same model, prompts, optimizer and threads) with
-every completion forced to exactly R tokens (hybridrl ``rollout.ignore_eos=True``, TRL ``min_new_tokens=R``),
+every completion forced to exactly R tokens (hybridrl ``rollout.min_tokens=R``, TRL ``min_new_tokens=R``),
 so the curves follow R and not where the model happens to stop. The two sides alternate their order from
 point to point. hybridrl runs its forward/backward in micro-batches of ``--micro`` rows, TRL over the whole
 step's batch (its GRPOTrainer setting here), which shows in the memory curves. Per side and point:
@@ -48,6 +48,7 @@ from hybridrl_runs import GRPOShape, quickstart_assets  # noqa: E402
 from peak_memory import PeakMemory, worker_peak_gb  # noqa: E402
 
 HYBRID_WORKER, HYBRID_DRIVER = "ray::WorkerDict", "ray::TaskRunner"
+SIDES = ("hybridrl", "trl")
 SWEEPS = {"response_length": "response length R (tokens)", "n": "group size n (completions per prompt)"}
 
 
@@ -112,11 +113,14 @@ def bench_point(point: dict, index: int, model_dir: str, data_dir: str, args: ar
                       micro=micro_batch(args.micro, samples), seed=args.seed)
     out_dir = os.path.join(out_root, f"R{r}_n{n}")
     sides = {
+        # no stop token before R on either side (TRL: min_new_tokens), so both generate and train R tokens a row;
+        # ignore_eos would generate R but train up to the first EOS (the response mask ends there, as in verl)
         "hybridrl": lambda: run_hybridrl(model_dir, data_dir, shape, args, out_dir, "fp32",
-                                         {"actor_rollout_ref.rollout.ignore_eos": True}),
+                                         {"actor_rollout_ref.rollout.min_tokens": r}),
         "trl": lambda: run_trl(model_dir, shape, args, out_dir + "_trl", "fp32", ["--ignore_eos"]),
     }
-    order = ("hybridrl", "trl") if index % 2 == 0 else ("trl", "hybridrl")
+    order = tuple(side for side in (("hybridrl", "trl") if index % 2 == 0 else ("trl", "hybridrl"))
+                  if side in args.sides)
     record = {**point, "samples_per_step": samples, "micro": shape.micro, "order": list(order)}
     for side in order:
         log(f"R={r} n={n}: {side}, {args.steps} steps of {samples} samples")
@@ -165,11 +169,11 @@ def fit(xs: list[float], ys: list[float]) -> dict[str, Any]:
             "tail_growth": growth_label(tail)}
 
 
-def slopes(records: list[dict]) -> dict[str, Any]:
-    """``{sweep: {side: {stage | "peak_rss_gb": fit}}}`` for both sweeps and sides."""
+def slopes(records: list[dict], sides: tuple[str, ...] = SIDES) -> dict[str, Any]:
+    """``{sweep: {side: {stage | "peak_rss_gb": fit}}}`` for both sweeps and the ``sides`` that ran."""
     out: dict[str, Any] = {}
     for sweep in SWEEPS:
-        for side in ("hybridrl", "trl"):
+        for side in sides:
             stages = sorted({k for r in records if sweep in r["sweeps"] for k in r[side].get("stages_s", {})})
             fits = {stage: fit(*series(records, sweep, side, lambda s, k=stage: s["stages_s"].get(k)))
                     for stage in stages}
@@ -199,7 +203,7 @@ def headlines(records: list[dict]) -> list[dict]:
     rows = []
     for r in records:
         tag = f"R={r['response_length']} n={r['n']} ({r['samples_per_step']} samples/step)"
-        h, t = r["hybridrl"], r["trl"]
+        h, t = r.get("hybridrl", {}), r.get("trl", {})
         rows.append(headline("scaling", f"{tag}: s/step", h.get("stages_s", {}).get("step"), "s", "TRL GRPOTrainer",
                              t.get("stages_s", {}).get("step"), higher_is_better=False))
         rows.append(headline("scaling", f"{tag}: worker peak RSS", h.get("worker_peak_rss_gb"), "GiB",
@@ -234,11 +238,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--trl-python", default=default_trl_python(), help="python with trl installed")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="which sides run (comma list of hybridrl, trl): e.g. re-measure one after a change")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds per side and point")
     parser.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~/.cache"), "hybridrl"))
     parser.add_argument("--out", default=None, help="JSON file (also printed to stdout)")
     parser.add_argument("--plot-dir", default=None, help="PNG folder (default: beside --out, else outputs/bench)")
     args = parser.parse_args(argv)
+    requested = [side for side in args.sides.split(",") if side]
+    if not requested or set(requested) - set(SIDES):
+        parser.error(f"--sides {args.sides!r}: a comma list of {', '.join(SIDES)}")
+    args.sides = tuple(side for side in SIDES if side in requested)
     # bench_grpo_vs_trl's runners read these
     args.val_every, args.target, args.recompute_old_log_prob = 0, 0.727, False
     return args
@@ -253,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     log(f"{len(points)} points × 2 sides on {args.model}: {[(p['response_length'], p['n']) for p in points]}")
     with tempfile.TemporaryDirectory() as out_root:
         records = [bench_point(point, i, model_dir, data_dir, args, out_root) for i, point in enumerate(points)]
-    fits = slopes(records)
+    fits = slopes(records, args.sides)
     print_slopes(fits)
     plot_dir = Path(args.plot_dir or (Path(args.out).parent if args.out else ROOT / "outputs" / "bench"))
     plots = plot_sweeps(records, fits, SWEEPS, plot_dir, title=f"{args.model}, {args.prompts} prompts/step, fp32")

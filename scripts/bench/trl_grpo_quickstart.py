@@ -20,7 +20,7 @@ with ``--step_times`` every step also prints ``{"step", "step_s", "gen_s", "gen_
 the step (generation, reward, loss, backward, optimizer; evaluation excluded), of its ``generate`` calls, of
 ``_generate_and_score_completions`` (generation, decoding, reward, advantages) and the rest (forward, backward,
 optimizer). ``--ignore_eos`` makes every completion ``--response_length`` tokens long (``min_new_tokens``), as
-hybridrl's ``rollout.ignore_eos``. The summary line carries the process's peak RSS (``peak_rss_gb``).
+hybridrl's ``rollout.min_tokens``. The summary line carries the process's peak RSS (``peak_rss_gb``).
 
 Example: python scripts/bench/trl_grpo_quickstart.py --max_steps 61 --eval_every 10 --out trl.jsonl
 """

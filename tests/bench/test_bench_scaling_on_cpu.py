@@ -81,3 +81,17 @@ def test_plots_are_written_per_sweep(tmp_path):
     paths = plot_sweeps(records, slopes(records), SWEEPS, tmp_path, "test")
     assert set(paths) == {"response_length", "n"}
     assert all(os.path.getsize(path) > 1000 for path in paths.values())
+
+
+def test_one_side_can_be_measured_alone():
+    from bench_scaling import headlines, parse_args, slopes
+
+    assert parse_args([]).sides == ("hybridrl", "trl")
+    assert parse_args(["--sides", "hybridrl"]).sides == ("hybridrl",)
+    with pytest.raises(SystemExit):
+        parse_args(["--sides", "hybridrl,deepspeed"])
+    side = {"stages_s": {"gen": 1.0, "step": 2.0}, "worker_peak_rss_gb": 1.0}
+    records = [{"response_length": r, "n": 4, "samples_per_step": 8, "sweeps": ["response_length"], "hybridrl": side}
+               for r in (16, 64)]
+    assert set(slopes(records, ("hybridrl",))["response_length"]) == {"hybridrl"}
+    assert [row["value"] for row in headlines(records)][:1] == [2.0]

@@ -82,23 +82,30 @@ def draw_inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = No
 
 
 def sample_next_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None, draw: str = "multinomial"
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    draw: str = "multinomial",
+    banned: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row from ``[B, V]`` logits.
 
     Args:
         draw: ``multinomial`` (``torch.multinomial``, what ``transformers.generate`` does; the default) or
             ``inverse_cdf`` (``draw_inverse_cdf``: same distribution, cheaper, other tokens for a given seed).
+        banned: token ids that cannot be picked (the stop ids before ``params.min_new_tokens``); the
+            log-probs stay those of the unfiltered distribution, like top-k / top-p.
 
     Returns:
         ``tokens [B]`` (int64) and ``log_probs [B]``: ``log_softmax(logits / T_lp)[token]`` on the
         unfiltered distribution, ``T_lp = params.logprob_temperature``.
     """
     logits = logits.float()
+    allowed = logits if banned is None else logits.index_fill(-1, banned, float("-inf"))
     if params.greedy:
-        tokens = logits.argmax(dim=-1)
+        tokens = allowed.argmax(dim=-1)
     else:
-        probs = filter_logits(logits / params.temperature, params.top_k, params.top_p).softmax(dim=-1)
+        probs = filter_logits(allowed / params.temperature, params.top_k, params.top_p).softmax(dim=-1)
         if draw == "inverse_cdf":
             tokens = draw_inverse_cdf(probs, generator)
         elif draw == "multinomial":
@@ -226,7 +233,8 @@ def decode_batch(
     next_pos = position_ids[:, -1:] + 1
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     for step in range(params.max_new_tokens):
-        tokens, logps = sample_next_tokens(logits, params, generator, options.draw)
+        banned = eos if step < params.min_new_tokens else None  # rollout.min_tokens: no stop before it
+        tokens, logps = sample_next_tokens(logits, params, generator, options.draw, banned)
         recorder.record(step, active, tokens, logps, finished)  # a finished, not yet compacted row records nothing
         if not params.ignore_eos:
             finished = finished | torch.isin(tokens, eos)

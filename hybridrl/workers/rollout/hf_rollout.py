@@ -146,6 +146,11 @@ class HFGenerateRollout(HFRollout):
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
         kwargs: dict[str, Any] = {"do_sample": not params.greedy, "max_new_tokens": params.max_new_tokens}
+        if params.min_new_tokens > 0:  # a processor of its own: generate's min_new_tokens needs eos_token_id set
+            from transformers import LogitsProcessorList, MinNewTokensLengthLogitsProcessor
+
+            kwargs["logits_processor"] = LogitsProcessorList([MinNewTokensLengthLogitsProcessor(
+                input_ids.shape[1], params.min_new_tokens, list(params.eos_token_ids), device=str(input_ids.device))])
         if not params.greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
         eos = None if params.ignore_eos else list(params.eos_token_ids)

@@ -3,7 +3,9 @@
 Precedence (verl 0.5's vLLM rollout, plus the per-call overrides verl's HF rollout accepts):
 
 1. ``rollout.*`` config, given to the engine at construction: ``temperature``, ``top_k``, ``top_p``,
-   ``do_sample``, ``response_length``, ``ignore_eos``, ``calculate_log_probs``;
+   ``do_sample``, ``response_length``, ``ignore_eos``, ``calculate_log_probs``, ``min_tokens`` (no stop id
+   before that many tokens; not in verl's YAML, but verl's vLLM rollout forwards every rollout key that
+   ``vllm.SamplingParams`` has, so verl users add it with ``+actor_rollout_ref.rollout.min_tokens=N``);
 2. ``meta_info`` per-call overrides: ``do_sample``, ``validate`` (what the trainer varies per call), and for
    external verl-style callers ``temperature``, ``top_k``, ``top_p``, ``response_length``, ``n``,
    ``ignore_eos``, ``eos_token_id``, ``pad_token_id`` (the trainer does not need them);
@@ -49,6 +51,7 @@ class SamplingParams:
     eos_token_ids: tuple[int, ...]
     pad_token_id: int
     calculate_log_probs: bool
+    min_new_tokens: int = 0  # no stop id may be sampled before this many tokens (vLLM's ``min_tokens``)
 
     @property
     def greedy(self) -> bool:
@@ -125,6 +128,7 @@ def resolve_sampling_params(
         eos_token_ids=eos,
         pad_token_id=int(pad if pad is not None else eos[0]),
         calculate_log_probs=bool(rollout_config.calculate_log_probs),
+        min_new_tokens=_min_tokens(rollout_config),
     )
     if meta.get("validate", False):
         params = _apply_val_kwargs(params, rollout_config.val_kwargs, meta)
@@ -139,6 +143,14 @@ def resolve_sampling_params(
 def _per_call(meta: Mapping[str, Any], key: str, configured: Any) -> Any:
     """``meta_info[key]`` when the caller overrides it for this call, else the configured value."""
     return meta[key] if key in meta else configured
+
+
+def _min_tokens(rollout_config: Any) -> int:
+    """``rollout.min_tokens``, checked to be a non-negative int."""
+    value = rollout_config.min_tokens
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"actor_rollout_ref.rollout.min_tokens must be an int >= 0, got {value!r}")
+    return value
 
 
 def _apply_val_kwargs(params: SamplingParams, val_kwargs: Any, meta: Mapping[str, Any]) -> SamplingParams:
@@ -156,6 +168,11 @@ def _apply_val_kwargs(params: SamplingParams, val_kwargs: Any, meta: Mapping[str
 def _check(params: SamplingParams) -> None:
     if params.max_new_tokens <= 0:
         raise ValueError(f"rollout.response_length must be > 0, got {params.max_new_tokens}")
+    if params.min_new_tokens > params.max_new_tokens:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.min_tokens={params.min_new_tokens} exceeds the response length "
+            f"{params.max_new_tokens} (data.max_response_length): lower min_tokens or raise the response length"
+        )
     if params.n < 1:
         raise ValueError(f"rollout n must be >= 1, got {params.n}")
     if params.do_sample and params.temperature < 0:

@@ -63,6 +63,7 @@ def to_sglang_sampling_params(params: SamplingParams) -> dict[str, Any]:
     return {
         "n": 1,
         "max_new_tokens": params.max_new_tokens,
+        "min_new_tokens": params.min_new_tokens,
         "temperature": 0.0 if params.greedy else params.temperature,
         "top_p": 1.0 if params.greedy else params.top_p,
         "top_k": -1 if params.greedy or params.top_k <= 0 else params.top_k,

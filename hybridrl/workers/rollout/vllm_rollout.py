@@ -179,6 +179,7 @@ def to_vllm_sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "n": 1,
         "max_tokens": params.max_new_tokens,
+        "min_tokens": params.min_new_tokens,
         "temperature": 0.0 if params.greedy else params.temperature,
         "top_p": 1.0 if params.greedy else params.top_p,
         "top_k": -1 if params.greedy or params.top_k <= 0 else params.top_k,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from hybridrl.workers.actor.forward import skipped_columns, _keeps_logits, forward_response
+from hybridrl.workers.actor.forward import _keeps_logits, forward_response, skipped_columns
 from tests.workers.actor.conftest import make_ppo_batch
 
 

@@ -159,3 +159,26 @@ def test_inverse_cdf_never_leaves_the_support_at_the_top_of_the_range(monkeypatc
     monkeypatch.setattr(torch, "rand", lambda shape, **_: torch.full(shape, top))
     assert draw_inverse_cdf(torch.tensor([[0.25, 0.75, 0.0, 0.0]])).tolist() == [1]
     assert draw_inverse_cdf(torch.tensor([[0.3, 0.3, 0.3]])).tolist() == [2]  # mass 0.9 < 1: scaled, index < V
+
+
+@pytest.mark.parametrize("min_new_tokens", [5, NEW_TOKENS])
+def test_min_new_tokens_bans_the_stop_ids_like_generate(model, tokenizer, stop_ids, min_new_tokens):
+    """``rollout.min_tokens``: no stop id before ``min_new_tokens`` tokens; same tokens and (unfiltered)
+    log-probs as ``generate(min_new_tokens=...)``, which bans them with its own logits processor."""
+    from dataclasses import replace
+
+    input_ids, attention_mask = _prompts(tokenizer, copies=2)
+    free = decode_batch(model, input_ids, attention_mask, _params(greedy=True, stop_ids=stop_ids))
+    assert min(len(tokens) for tokens in free.token_ids) < 5  # without it some rows stop early
+    params = replace(_params(greedy=True, stop_ids=stop_ids), min_new_tokens=min_new_tokens)
+    ours = decode_batch(model, input_ids, attention_mask, params)
+    for tokens in ours.token_ids:
+        assert len(tokens) >= min_new_tokens and not set(tokens[:min_new_tokens]) & set(stop_ids)
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
+                         max_new_tokens=NEW_TOKENS, min_new_tokens=min_new_tokens, eos_token_id=list(stop_ids),
+                         pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    generated = out.sequences[:, input_ids.shape[1]:]
+    log_probs = torch.log_softmax(torch.stack(out.logits, 1).float(), -1).gather(-1, generated[..., None])[..., 0]
+    for row, (tokens, logps) in enumerate(zip(ours.token_ids, ours.log_probs)):
+        assert tokens == generated[row, : len(tokens)].tolist()
+        torch.testing.assert_close(torch.tensor(logps), log_probs[row, : len(tokens)], atol=1e-5, rtol=0)

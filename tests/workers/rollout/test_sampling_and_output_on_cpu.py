@@ -115,3 +115,25 @@ def test_check_rollout_probs_diff_raises_with_diagnosis():
     check_rollout_probs_diff(metrics, bound=None)  # disabled
     with pytest.raises(RolloutConsistencyError, match="rollout.dtype=bfloat16.*stale rollout weights"):
         check_rollout_probs_diff(metrics, bound=0.1, context={"rollout.dtype": "bfloat16"})
+
+
+def test_min_tokens_is_read_when_added_and_checked():
+    assert _resolve().min_new_tokens == 0  # not in verl's YAML: absent means no minimum
+    assert _resolve(min_tokens=8).min_new_tokens == 8
+    with pytest.raises(ValueError, match=r"rollout.min_tokens=9 exceeds the response length 8"):
+        _resolve(min_tokens=9)
+    with pytest.raises(ValueError, match=r"rollout.min_tokens must be an int >= 0"):
+        _resolve(min_tokens=-1)
+
+
+def test_banned_tokens_are_never_picked_and_keep_their_unfiltered_log_probs():
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.5, 0.0]])
+    greedy = _resolve({"do_sample": False})
+    tokens, log_probs = sample_next_tokens(logits, greedy, banned=torch.tensor([1]))
+    assert tokens.tolist() == [2, 0]
+    expected = torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
+    torch.testing.assert_close(log_probs, expected)
+    sampled = _resolve(temperature=1.0)
+    for seed in range(20):
+        tokens, _ = sample_next_tokens(logits, sampled, torch.Generator().manual_seed(seed), banned=torch.tensor([0, 1]))
+        assert tokens.tolist() == [2, 2]

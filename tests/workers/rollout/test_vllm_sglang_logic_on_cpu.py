@@ -69,6 +69,9 @@ def test_vllm_sampling_kwargs():
         )
     )
     assert greedy["temperature"] == 0.0 and greedy["stop_token_ids"] == [] and greedy["ignore_eos"]
+    assert kwargs["min_tokens"] == 0
+    with_min = resolve_sampling_params(rollout_config(min_tokens=6), {}, eos_token_ids=[2], pad_token_id=3)
+    assert to_vllm_sampling_kwargs(with_min)["min_tokens"] == 6  # verl forwards +rollout.min_tokens to vLLM too
 
 
 def test_tied_models_reload_the_embedding_as_lm_head_too():
@@ -94,6 +97,8 @@ def test_sglang_engine_kwargs_and_sampling():
     assert "attention_backend" not in kwargs
     params = resolve_sampling_params(rollout_config(), {"do_sample": False}, eos_token_ids=[2], pad_token_id=3)
     assert to_sglang_sampling_params(params)["temperature"] == 0.0
+    with_min = resolve_sampling_params(rollout_config(min_tokens=6), {}, eos_token_ids=[2], pad_token_id=3)
+    assert to_sglang_sampling_params(with_min)["min_new_tokens"] == 6
 
 
 def test_sglang_output_parsing():

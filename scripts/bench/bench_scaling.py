@@ -35,6 +35,7 @@ import math
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,13 @@ def sweep_points(lengths: list[int], ns: list[int], base_n: int, base_length: in
     return [{"response_length": r, "n": n, "sweeps": sorted(s)} for (r, n), s in points.items()]
 
 
-def micro_batch(requested: int, samples: int) -> int:
-    """hybridrl's micro-batch: ``requested`` when it divides the ``samples`` of a step, else their gcd."""
-    return requested if samples % requested == 0 else math.gcd(requested, samples)
+def micro_batch(requested: int, samples: int, row_tokens: int = 0, max_tokens: int = 0) -> int:
+    """hybridrl's micro-batch: ``requested`` when it divides the ``samples`` of a step, else their gcd; with
+    ``max_tokens > 0``, halved while ``micro × row_tokens`` (prompt + response slots) exceeds it (at least 1)."""
+    micro = requested if samples % requested == 0 else math.gcd(requested, samples)
+    while max_tokens > 0 and micro > 1 and micro * row_tokens > max_tokens and samples % (micro // 2) == 0:
+        micro //= 2
+    return micro
 
 
 def hybrid_stages(record: dict) -> dict[str, float]:
@@ -109,8 +114,8 @@ def bench_point(point: dict, index: int, model_dir: str, data_dir: str, args: ar
     """Both sides at one ``(R, n)``; even points run hybridrl first, odd ones TRL first."""
     r, n = point["response_length"], point["n"]
     samples = args.prompts * n
-    shape = GRPOShape(prompts=args.prompts, n=n, response_length=r, lr=args.lr, weight_decay=0.0,
-                      micro=micro_batch(args.micro, samples), seed=args.seed)
+    shape = GRPOShape(prompts=args.prompts, n=n, response_length=r, lr=args.lr, weight_decay=0.0, seed=args.seed)
+    shape = replace(shape, micro=micro_batch(args.micro, samples, shape.prompt_length + r, args.micro_tokens))
     out_dir = os.path.join(out_root, f"R{r}_n{n}")
     sides = {
         # no stop token before R on either side (TRL: min_new_tokens), so both generate and train R tokens a row;
@@ -234,6 +239,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "within a 24 GiB machine)")
     parser.add_argument("--micro", type=int, default=8,
                         help="hybridrl micro-batch (gcd with the batch if needed; TRL takes the whole batch at once)")
+    parser.add_argument("--micro-tokens", type=int, default=8192,
+                        help="halve hybridrl's micro-batch while it holds more prompt + response slots than this "
+                             "(0: off). At 8 rows of 64 + 1024 tokens the fp32 update needs ~21 GB, which Ray's "
+                             "memory monitor kills on a 24 GiB machine; TRL has no such cap here")
     parser.add_argument("--lr", type=float, default=5e-6)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--seed", type=int, default=1)

@@ -17,6 +17,9 @@ def test_sweep_points_share_the_crossing_point_and_micro_divides_the_batch():
     assert [(p["response_length"], p["n"]) for p in points] == [(16, 8), (64, 8), (256, 8), (64, 4), (64, 16)]
     assert points[1]["sweeps"] == ["n", "response_length"]  # (64, 8) is on both curves, run once
     assert micro_batch(32, 64) == 32 and micro_batch(32, 16) == 16 and micro_batch(32, 12) == 4
+    # a token cap halves it: 8 rows of 64 + 1024 slots exceed 8192, 4 rows fit; shorter rows keep all 8
+    assert micro_batch(8, 8, 64 + 1024, 8192) == 4 and micro_batch(8, 8, 64 + 256, 8192) == 8
+    assert micro_batch(8, 8, 10_000, 8192) == 1 and micro_batch(8, 8, 64 + 1024, 0) == 8
 
 
 def test_stage_split_adds_up_to_the_step():

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.exceptions import OutOfMemoryError, RayActorError, RayError, RayTaskError
 
 # Sanity limits (seconds); generous because a generate/update call on a big model takes minutes.
 DEFAULT_CALL_TIMEOUT_S = float(os.environ.get("HYBRIDRL_WG_CALL_TIMEOUT_S", 3 * 3600))
@@ -44,7 +44,24 @@ class ResourceUnavailableError(RuntimeError, ValueError):
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
+# What to change when Ray's memory monitor killed a worker (it names only Ray's own knobs).
+HOST_OOM_HINT = (
+    "the node ran out of host memory and Ray killed the worker. Per-worker memory grows with the tokens of one "
+    "micro-batch: lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (with use_dynamic_bsz: "
+    "ppo_max_token_len_per_gpu) and the log_prob_micro_batch_size_per_gpu keys, set "
+    "actor_rollout_ref.model.enable_gradient_checkpointing=True, or shorten data.max_response_length"
+)
+
+
+def _is_host_oom(error: RayError) -> bool:
+    """Ray's memory monitor killed the worker (a task's OutOfMemoryError, or an actor death that says so)."""
+    text = str(error)
+    return isinstance(error, OutOfMemoryError) or "running low on memory" in text or "Memory on the node" in text
+
+
 def _describe_failure(error: RayError) -> str:
+    if _is_host_oom(error):
+        return f"{HOST_OOM_HINT}.\nRay's report ({type(error).__name__}): {error}"
     if isinstance(error, RayTaskError):
         return f"raised an exception; worker traceback:\n{_ANSI_ESCAPE.sub('', str(error))}"
     if isinstance(error, RayActorError):

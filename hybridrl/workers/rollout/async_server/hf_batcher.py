@@ -54,11 +54,13 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
     """One token per row of ``logits [B, V]`` under each row's own parameters.
 
     Returns ``tokens [B]`` (int64) and ``log_probs [B]`` = ``log_softmax(logits / T_lp)[token]`` (unfiltered).
+    A row short of its ``min_new_tokens`` cannot pick a stop id.
     """
     logits = logits.float()
     params = [row.request.params.sampling for row in rows]
     lp_temperature = torch.tensor([p.logprob_temperature for p in params], device=logits.device).unsqueeze(-1)
     all_log_probs = torch.log_softmax(logits / lp_temperature, dim=-1)
+    logits = _ban_early_stops(logits, rows, params)
     tokens = logits.argmax(dim=-1)
     groups: dict[tuple[float, int, float], list[int]] = {}
     for index, p in enumerate(params):
@@ -74,6 +76,17 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
         if seeded:  # each seeded request draws its noise from its own RNG; one vectorised argmax for all
             tokens[[indices[j] for j in seeded]] = _exponential_race(probs[seeded], [rows[indices[j]] for j in seeded])
     return tokens, all_log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _ban_early_stops(logits: torch.Tensor, rows: list[_Row], params: list) -> torch.Tensor:
+    """``logits [B, V]`` with the stop ids at -inf in the rows that have fewer than ``min_new_tokens`` tokens."""
+    early = [i for i, (row, p) in enumerate(zip(rows, params)) if len(row.token_ids) < p.min_new_tokens]
+    if not early:
+        return logits
+    logits = logits.clone()
+    for i in early:
+        logits[i, list(params[i].eos_token_ids)] = float("-inf")
+    return logits
 
 
 def _exponential_race(probs: torch.Tensor, rows: list[_Row]) -> torch.Tensor:

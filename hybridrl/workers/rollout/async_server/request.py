@@ -1,10 +1,11 @@
 """One server request: the caller's sampling-params dict → engine-neutral parameters, and the result type.
 
 The dict keys (fixed by the agent-loop interface): ``max_tokens`` (int, required), ``temperature``,
-``top_p``, ``top_k``, ``logprobs`` (bool), ``seed`` (int | None), ``ignore_eos``. A key left out takes the
-``actor_rollout_ref.rollout`` value (``temperature``, ``top_p``, ``top_k``, ``calculate_log_probs``,
-``ignore_eos``; ``rollout.do_sample=False`` means greedy unless the request names a temperature).
-``max_tokens`` is clamped to ``rollout.response_length``. Greedy = temperature 0. ``val_kwargs`` are the
+``top_p``, ``top_k``, ``logprobs`` (bool), ``seed`` (int | None), ``ignore_eos``, ``min_tokens`` (int, no stop id
+before that many tokens, as vLLM's). A key left out takes the ``actor_rollout_ref.rollout`` value (``temperature``,
+``top_p``, ``top_k``, ``calculate_log_probs``, ``ignore_eos``, ``min_tokens``; ``rollout.do_sample=False`` means
+greedy unless the request names a temperature). ``max_tokens`` is clamped to ``rollout.response_length``, the
+configured ``min_tokens`` to the request's ``max_tokens`` (a request's own ``min_tokens`` above it is an error). Greedy = temperature 0. ``val_kwargs`` are the
 caller's business. Stop ids are the engine's ``eos_token_ids``.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from hybridrl.workers.rollout.sampling import SamplingParams
 
-REQUEST_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos")
+REQUEST_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos", "min_tokens")
 STOP_REASONS = ("stop", "length", "aborted")
 
 
@@ -81,6 +82,16 @@ def _max_tokens(params: Mapping[str, Any], response_length: int) -> int:
     return min(value, int(response_length))
 
 
+def _min_tokens(params: Mapping[str, Any], configured: int, max_new_tokens: int) -> int:
+    """The request's ``min_tokens`` (at most its ``max_tokens``), else the configured one clamped to it."""
+    if params.get("min_tokens") is None:
+        return min(int(configured), max_new_tokens)
+    value = _number(params, "min_tokens", int, None)
+    if not 0 <= value <= max_new_tokens:
+        raise _bad("min_tokens", value, f"an int in [0, max_tokens={max_new_tokens}]")
+    return value
+
+
 def _seed(params: Mapping[str, Any]) -> int | None:
     value = params.get("seed")
     if value is None:
@@ -107,17 +118,19 @@ def resolve_request_params(
     temperature = _number(sampling_params, "temperature", float, rollout_config.temperature)
     if sampling_params.get("temperature") is None and not bool(rollout_config.do_sample):
         temperature = 0.0
+    max_new_tokens = _max_tokens(sampling_params, rollout_config.response_length)
     params = SamplingParams(
         temperature=temperature,
         top_k=_number(sampling_params, "top_k", int, rollout_config.top_k),
         top_p=_number(sampling_params, "top_p", float, rollout_config.top_p),
         do_sample=temperature > 0.0,
-        max_new_tokens=_max_tokens(sampling_params, rollout_config.response_length),
+        max_new_tokens=max_new_tokens,
         n=1,
         ignore_eos=_flag(sampling_params, "ignore_eos", rollout_config.ignore_eos),
         eos_token_ids=eos,
         pad_token_id=int(pad_token_id),
         calculate_log_probs=_flag(sampling_params, "logprobs", rollout_config.calculate_log_probs),
+        min_new_tokens=_min_tokens(sampling_params, rollout_config.min_tokens, max_new_tokens),
     )
     if temperature < 0:
         raise _bad("temperature", temperature, "a float >= 0 (0 = greedy)")

@@ -100,3 +100,12 @@ def test_merge_rows_pads_the_shorter_cache_on_the_left_and_trim_drops_leading_co
     trimmed = trim_leading(merged, mask[[0, 2]], 1)
     assert trimmed.tolist() == [[1, 1], [1, 1]]
     assert merged.layers[0].keys.view(2, 2).tolist() == [[1.0, 2.0], [6.0, 7.0]]
+
+
+def test_min_tokens_from_the_request_or_the_section_within_max_tokens():
+    assert resolve({"max_tokens": 5}).sampling.min_new_tokens == 0
+    assert resolve({"max_tokens": 5, "min_tokens": 3}).sampling.min_new_tokens == 3
+    assert resolve({"max_tokens": 5}, min_tokens=4).sampling.min_new_tokens == 4
+    assert resolve({"max_tokens": 2}, min_tokens=4).sampling.min_new_tokens == 2  # a short turn: clamped
+    with pytest.raises(ValueError, match="min_tokens"):
+        resolve({"max_tokens": 5, "min_tokens": 6})

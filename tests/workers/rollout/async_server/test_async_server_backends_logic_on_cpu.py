@@ -30,6 +30,7 @@ def test_vllm_request_kwargs_carry_seed_logprobs_and_stop_ids():
     assert kwargs == {
         "n": 1,
         "max_tokens": 5,
+        "min_tokens": 0,
         "temperature": 0.7,
         "top_p": 1.0,
         "top_k": 4,
@@ -63,6 +64,7 @@ def test_sglang_request_kwargs_and_output_parsing():
     assert kwargs["sampling_params"] == {
         "n": 1,
         "max_new_tokens": 3,
+        "min_new_tokens": 0,
         "temperature": 0.9,
         "top_p": 1.0,
         "top_k": -1,

@@ -265,3 +265,20 @@ def test_seeded_rows_sample_as_one_multinomial_call_per_row(model, tokenizer):
             for row, o, g in zip(step_logits, options, references)
         ]
         assert tokens.tolist() == expected
+
+
+def test_min_tokens_keeps_a_request_from_stopping_early(model, tokenizer, stop_token):
+    """QUESTIONS[2] stops at its 5th token on ``stop_token``; with ``min_tokens`` 8 the server bans every stop id
+    for 8 tokens (log-probs stay unfiltered), and a request beside it without min_tokens still stops at 5."""
+    engine = hf_engine(model, tokenizer, extra_eos=[stop_token], response_length=16, max_num_seqs=4)
+    ids = prompt_ids(tokenizer, QUESTIONS[2])
+    with serving(engine) as server:
+        held = server.submit("held", ids, {"max_tokens": 12, "temperature": 0, "logprobs": True, "min_tokens": 8})
+        free = server.submit("free", ids, {"max_tokens": 12, "temperature": 0, "logprobs": True})
+        held, free = held.result(timeout=RESULT_TIMEOUT_S), free.result(timeout=RESULT_TIMEOUT_S)
+    assert len(free.token_ids) == 5 and free.stop_reason == "stop"
+    assert len(held.token_ids) >= 8 and not set(held.token_ids[:8]) & set(engine.eos_token_ids)
+    assert held.token_ids[:4] == free.token_ids[:4]
+    full = torch.log_softmax(model(torch.tensor([ids + held.token_ids])).logits[0, len(ids) - 1 : -1].float(), -1)
+    expected = full.gather(-1, torch.tensor(held.token_ids)[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(held.log_probs), expected, atol=1e-4, rtol=0)

@@ -86,7 +86,8 @@ def test_continuous_batching_rows_report_untruncated_log_probs_at_their_own_temp
             temperature=temperature, top_k=top_k, top_p=top_p, do_sample=temperature > 0, max_new_tokens=4, n=1,
             ignore_eos=False, eos_token_ids=(0,), pad_token_id=0, calculate_log_probs=True,
         )
-        return SimpleNamespace(request=SimpleNamespace(params=SimpleNamespace(sampling=sampling)), generator=None)
+        request = SimpleNamespace(params=SimpleNamespace(sampling=sampling))
+        return SimpleNamespace(request=request, generator=None, token_ids=[])
 
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 3
     rows = [row(0.7, 3, 1.0), row(1.3, -1, 0.5), row(0.0, -1, 1.0)]  # T_lp: 0.7, 1.3, greedy → 1

@@ -80,7 +80,9 @@ def sample_rows(logits: torch.Tensor, rows: list[_Row], shared: torch.Generator)
 
 def _ban_early_stops(logits: torch.Tensor, rows: list[_Row], params: list) -> torch.Tensor:
     """``logits [B, V]`` with the stop ids at -inf in the rows that have fewer than ``min_new_tokens`` tokens."""
-    early = [i for i, (row, p) in enumerate(zip(rows, params)) if len(row.token_ids) < p.min_new_tokens]
+    early = [
+        i for i, (row, p) in enumerate(zip(rows, params)) if p.min_new_tokens and len(row.token_ids) < p.min_new_tokens
+    ]
     if not early:
         return logits
     logits = logits.clone()

@@ -4,7 +4,8 @@ Local cluster (no ``ray_init.address`` and no ``RAY_ADDRESS``): see :mod:`hybrid
 (every Ray server bound to 127.0.0.1, token authentication with a token generated per run), dashboard
 bound to 127.0.0.1 and off unless ``ray_init.include_dashboard=true``, and — on ``trainer.device=cpu`` —
 more logical CPUs than cores, so that placement-group bundles, colocated actors and the TaskRunner
-always fit on a 2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides).
+always fit on a 2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides), and
+the workers' host allocator chosen by ``HYBRIDRL_CPU_ALLOCATOR`` (:mod:`hybridrl.utils.cpu_allocator`).
 Existing cluster (``ray_init.address=auto`` or ``ray://…``): joined as is (securing it is the
 cluster owner's job: docs/security.md).
 
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from hybridrl.utils.cpu_allocator import AllocatorChoice, choose_allocator
 from hybridrl.utils.ray_security import enable_local_token_auth, loopback_only_node
 
 # Logical CPUs a local CPU-device cluster advertises at least: room for 2 workers × max_colocate_count
@@ -34,7 +36,11 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 
 
 def ray_init_kwargs(
-    ray_init_cfg: Any, device: str = "cuda", env_vars: dict[str, str] | None = None, min_num_cpus: int | None = None
+    ray_init_cfg: Any,
+    device: str = "cuda",
+    env_vars: dict[str, str] | None = None,
+    min_num_cpus: int | None = None,
+    allocator: AllocatorChoice | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments ``init_ray`` passes to ``ray.init``.
 
@@ -44,6 +50,7 @@ def ray_init_kwargs(
         device: ``trainer.device``.
         env_vars: environment for every Ray worker (runtime_env).
         min_num_cpus: logical CPUs the run needs at least (local cluster without ``num_cpus``).
+        allocator: host allocator environment for the workers of a local cluster (``env_vars`` win).
     """
     address = _get(ray_init_cfg, "address") or os.environ.get("RAY_ADDRESS")
     runtime_env = {"env_vars": {**(env_vars or {})}}
@@ -54,6 +61,8 @@ def ray_init_kwargs(
         floor = max(MIN_LOCAL_LOGICAL_CPUS if device == "cpu" else 0, min_num_cpus or 0)
         cores = os.cpu_count() or 1
         num_cpus = max(cores, floor) if floor > cores else None  # None: Ray counts the cores itself
+    if allocator is not None:
+        runtime_env["env_vars"] = {**allocator.env, **runtime_env["env_vars"]}
     kwargs: dict[str, Any] = {
         # "local": always a new local cluster, never silently joining one another process started on this box
         "address": "local",
@@ -75,12 +84,15 @@ def init_ray(
     """Start a local Ray cluster or join ``ray_init.address``; no-op if Ray is up. Returns the kwargs used."""
     import ray
 
-    kwargs = ray_init_kwargs(ray_init_cfg, device, env_vars, min_num_cpus)
     if ray.is_initialized():
-        return kwargs
+        return ray_init_kwargs(ray_init_cfg, device, env_vars, min_num_cpus)
+    allocator = choose_allocator() if device == "cpu" else None
+    kwargs = ray_init_kwargs(ray_init_cfg, device, env_vars, min_num_cpus, allocator)
     if kwargs.get("address") != "local":
         ray.init(**kwargs)
         return kwargs
+    if allocator is not None:
+        print(f"[hybridrl] host allocator: {allocator.message}", flush=True)
     enable_local_token_auth()  # the daemons and workers inherit this process's environment
     with loopback_only_node():
         ray.init(**kwargs)

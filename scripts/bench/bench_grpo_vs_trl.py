@@ -105,7 +105,7 @@ def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir:
     # the TRL environment does not install hybridrl: the script imports its reward function from this checkout
     python_path = os.pathsep.join(p for p in (str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": python_path}
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": python_path, **trl_allocator_env(args.trl_allocator)}
     jsonl = Path(out_dir) / "trl.jsonl"
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     jsonl.unlink(missing_ok=True)
@@ -123,6 +123,13 @@ def run_trl(model_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir:
             "peak_rss_gb": summary.get("peak_rss_gb"),
             "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None,
             "trl_reported_minutes_to_target": summary.get("minutes_to_target")}
+
+
+def trl_allocator_env(setting: str) -> dict[str, str]:
+    """Environment giving the TRL process the host allocator ``setting`` (``system``: as a TRL user runs it)."""
+    from hybridrl.utils.cpu_allocator import ENV_KEY, choose_allocator
+
+    return choose_allocator({ENV_KEY: setting}).env
 
 
 def trl_stage_medians(rows: list[dict]) -> dict[str, float]:
@@ -215,6 +222,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target", type=float, default=0.727)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--trl-python", default=sys.executable, help="python with trl installed")
+    parser.add_argument("--trl-allocator", default="system",
+                        help="host allocator of the TRL process (HYBRIDRL_CPU_ALLOCATOR values; system: TRL as "
+                             "users run it). hybridrl's side uses HYBRIDRL_CPU_ALLOCATOR (default auto)")
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~/.cache"), "hybridrl"))
     parser.add_argument("--out", default=None)
@@ -227,7 +237,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         records = [record for model in args.models.split(",") if model
                    for length in args.response_lens.split(",") if length
                    for record in bench_model(model, int(length), args, out_root)]
-    result = {"benchmark": "grpo_vs_trl", "settings": {k: v for k, v in vars(args).items() if k != "out"},
+    from hybridrl.utils.cpu_allocator import choose_allocator
+
+    settings = {**{k: v for k, v in vars(args).items() if k != "out"}, "hybridrl_allocator": choose_allocator().name}
+    result = {"benchmark": "grpo_vs_trl", "settings": settings,
               "records": records, "headline": headlines(records)}
     emit_json(result, args.out)
     return result

@@ -204,3 +204,31 @@ def test_grpo_vs_trl_pairs_equal_precisions_and_tags_each_shape():
     peer = {"samples_per_s": 2.0, "step_s": {"median": 16.0}}
     rows = headlines([{"model": "smollm2", "response_length": 128, "precision": "bf16", "hybridrl": side, "trl": peer}])
     assert rows[0]["figure"] == "smollm2 R=128 bf16/bf16: GRPO samples/s" and rows[0]["ratio"] == 2.0
+
+
+def test_grpo_vs_trl_runs_trl_with_the_system_allocator_unless_asked():
+    from bench_grpo_vs_trl import parse_args, trl_allocator_env
+
+    from hybridrl.utils.cpu_allocator import GLIBC_TUNED
+
+    assert parse_args([]).trl_allocator == "system"  # TRL as its users run it
+    assert trl_allocator_env("system") == {}
+    assert trl_allocator_env("glibc") == {"GLIBC_TUNABLES": GLIBC_TUNED}
+
+
+def test_allocator_benchmark_children_get_exactly_the_workers_allocator_env():
+    from bench_allocator import allocator_env, headlines
+
+    from hybridrl.utils.cpu_allocator import GLIBC_TUNED
+
+    mine = {"PATH": "/bin", "LD_PRELOAD": "/x/libtcmalloc.so.4", "GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}
+    assert allocator_env("system", mine) == {"PATH": "/bin"}  # the caller's allocator settings never leak in
+    assert allocator_env("glibc", mine) == {"PATH": "/bin", "GLIBC_TUNABLES": GLIBC_TUNED}
+    records = [
+        {"setting": "system", "dtype": "bf16", "update_s": {"median": 8.0}, "minor_faults": 400, "sys_s": 17.0},
+        {"setting": "tcmalloc", "dtype": "bf16", "update_s": {"median": 4.0}, "minor_faults": 100, "sys_s": 3.5},
+        {"setting": "jemalloc", "dtype": "bf16", "skipped": "jemalloc is not installed"},
+    ]
+    (row,) = headlines(records)
+    assert row["figure"] == "bf16 update, tcmalloc" and row["value"] == 4.0 and row["peer_value"] == 8.0
+    assert "minor faults 100 vs 400" in row["note"]

@@ -51,6 +51,8 @@ GLIBC_TUNED = (
 )
 # tcmalloc reports every allocation above 1 GiB on stderr unless told otherwise
 TCMALLOC_QUIET = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 50)}
+# every variable a choice's ``env`` may set
+ENV_VARS = ("LD_PRELOAD", "GLIBC_TUNABLES", *TCMALLOC_QUIET)
 
 
 @dataclass(frozen=True)

@@ -28,18 +28,17 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from figures import emit_json, headline, log  # noqa: E402
 
-from hybridrl.utils.cpu_allocator import ENV_KEY, choose_allocator  # noqa: E402
+from hybridrl.utils.cpu_allocator import ENV_KEY, ENV_VARS, choose_allocator  # noqa: E402
 
 # the quickstart's update: 4 prompts x 8 samples, one shared prompt per group, micro-batch 16
 DEFAULT_TRAIN_ARGS = ("--models smollm2 --batch 32 --prompt-len 64 --response-len 16 --micro 16 --group-size 8 "
                       "--layouts padded_shared --phases update --repeats 3 --warmup 1")
-ALLOCATOR_ENV_KEYS = ("LD_PRELOAD", "GLIBC_TUNABLES", "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD")
 
 
 def allocator_env(setting: str, environ: dict[str, str]) -> dict[str, str] | None:
     """The child's environment for ``setting``: the caller's without allocator variables, plus what hybridrl's
     workers would get. None when the setting's library is not installed."""
-    base = {k: v for k, v in environ.items() if k not in ALLOCATOR_ENV_KEYS}
+    base = {k: v for k, v in environ.items() if k not in ENV_VARS}
     try:
         choice = choose_allocator({ENV_KEY: setting})
     except ValueError:

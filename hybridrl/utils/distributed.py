@@ -16,6 +16,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from hybridrl.utils.cuda_attention import configure_sdpa_backends
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.ports import free_port
 
@@ -51,6 +52,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, 
             "(RayWorkerGroup) for each worker, or by torchrun"
         )
     world_size = int(os.environ["WORLD_SIZE"])
+    if device == "cuda":
+        configure_sdpa_backends()  # cuDNN attention's backward is wrong on Hopper for some masks (cuda_attention.py)
     if dist.is_initialized():
         if dist.get_world_size() != world_size:
             raise RuntimeError(f"a process group of size {dist.get_world_size()} exists; WORLD_SIZE is {world_size}")

@@ -5,6 +5,7 @@
     orchestrate.py ── one subprocess per check (child.py), each with a timeout cut to the budget left
        │              ──► "PASS|FAIL|SKIP <check> <detail>" per check, then a JSON of figures
        ├─ environment   torch / CUDA / bf16, hybridrl's pure-Python deps (installed from --wheels when missing)
+       ├─ attention     masked bf16 SDPA backward finite under hybridrl's backends (cuDNN's Hopper NaN bug recorded)
        ├─ sft           torchrun -m hybridrl.trainer.fsdp_sft_trainer: FSDP2, NCCL, bf16, 3 steps
        ├─ worker        ActorRolloutRefWorker without Ray: log-prob pass + one actor update
        ├─ rollout       the hf rollout on the device: sequences, rollout vs actor log-probs

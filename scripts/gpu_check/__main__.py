@@ -17,6 +17,7 @@ from gpu_check.orchestrate import CheckSpec, collect_logs, run_checks, write_rep
 # order matters: the cheap environment probe first, the long MFU measurement last
 CHECKS = (
     CheckSpec("environment", "gpu_check.check_environment", 90),
+    CheckSpec("attention", "gpu_check.check_attention", 60),
     CheckSpec("sft", "gpu_check.check_sft", 180),
     CheckSpec("worker", "gpu_check.check_worker", 150),
     CheckSpec("rollout", "gpu_check.check_rollout", 120),

@@ -42,6 +42,7 @@ def run(context: dict[str, Any]) -> Outcome:
         "grad_norm": first(metrics["actor/grad_norm"]),
         "log_prob_max_change_after_update": change,
         "max_memory_allocated_gb": metrics.get("perf/max_memory_allocated_gb"),
+        "cudnn_sdp_enabled": torch.backends.cuda.cudnn_sdp_enabled(),
     }
     finite = bool(torch.isfinite(before[mask]).all()) and bool((before[mask] <= 0).all())
     if not finite:

@@ -1,8 +1,8 @@
 """Which Python packages hybridrl's GPU paths need, which are missing, and installing those from a wheel folder.
 
-Standard library only: this runs before anything else is known to import. The GPU machine ships PyTorch, transformers,
-tokenizers, safetensors, pandas, pyarrow, psutil, PyYAML and jinja2; hybridrl also needs the pure-Python packages of
-``CARRIED_DISTRIBUTIONS``, carried in a wheel folder (``scripts/gpu_check/build_wheels.sh``) and installed with
+Standard library only: this runs before anything else is known to import. The GPU machine ships PyTorch,
+transformers, tokenizers, safetensors, pandas, pyarrow, psutil, cloudpickle, packaging, PyYAML and jinja2; hybridrl
+also needs the pure-Python packages of ``CARRIED_DISTRIBUTIONS``, carried in a wheel folder (``scripts/gpu_check/build_wheels.sh``) and installed with
 
     python -m pip install --no-index --find-links DIR --no-deps --target <workdir>/site <missing ones>
 
@@ -26,6 +26,8 @@ REQUIRED_MODULES: dict[str, str] = {
     "pandas": "pandas",
     "pyarrow": "pyarrow",
     "psutil": "psutil",
+    "cloudpickle": "cloudpickle",
+    "packaging": "packaging",
     "yaml": "PyYAML",
     "jinja2": "jinja2",
     "omegaconf": "omegaconf",

@@ -118,7 +118,7 @@ def test_command_line():
     args = parse_args(["--dry-run", "--only", "sft,mfu", "--budget-s", "100"])
     assert args.dry_run and args.only == "sft,mfu" and args.budget_s == 100
     assert parse_args([]).budget_s == 480  # 8 minutes
-    assert [spec.name for spec in CHECKS] == ["environment", "sft", "worker", "rollout", "offload", "mfu"]
+    assert [spec.name for spec in CHECKS] == ["environment", "attention", "sft", "worker", "rollout", "offload", "mfu"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "sft,nope"])
 
@@ -198,7 +198,7 @@ def test_dry_run_prints_one_line_per_check(dry_run):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.split(" ")[0] in ("PASS", "FAIL", "SKIP")]
     assert [line.split(" ")[:2] for line in lines] == [
-        ["PASS", "environment"], ["PASS", "sft"], ["PASS", "worker"], ["PASS", "rollout"], ["SKIP", "offload"],
+        ["PASS", "environment"], ["SKIP", "attention"], ["PASS", "sft"], ["PASS", "worker"], ["PASS", "rollout"], ["SKIP", "offload"],
         ["SKIP", "mfu"],
     ]  # fmt: skip
     assert seconds < 480
@@ -208,10 +208,11 @@ def test_dry_run_prints_one_line_per_check(dry_run):
 def test_dry_run_json_has_the_figures(dry_run):
     _, out, _ = dry_run
     report = json.loads((out / "gpu_check.json").read_text())
-    assert report["mode"] == "dry-run" and report["summary"] == {"PASS": 4, "FAIL": 0, "SKIP": 2}
+    assert report["mode"] == "dry-run" and report["summary"] == {"PASS": 4, "FAIL": 0, "SKIP": 3}
     assert report["blocked_imports"] == ["ray", "vllm", "sglang"]
     checks = {name: check["figures"] for name, check in report["checks"].items()}
     assert checks["environment"]["cuda_available"] is False
+    assert checks["attention"]["nonfinite_grads_configured"] == {"64": 0, "128": 0, "192": 0}
     assert all(not state.startswith("MISSING") for state in checks["environment"]["packages"].values())
     assert len(checks["sft"]["losses"]) == 2 and all(math.isfinite(loss) for loss in checks["sft"]["losses"])
     assert math.isfinite(checks["worker"]["grad_norm"]) and checks["worker"]["log_prob_max_change_after_update"] > 0
@@ -220,7 +221,7 @@ def test_dry_run_json_has_the_figures(dry_run):
     # the tiny Qwen2: 2 layers of (64·64 + 2·64·32 + 64·64 + 3·64·128) = 36864, plus the lm_head 512·64 = 32768
     assert checks["mfu"]["matmul_parameters"] == 2 * 36864 + 32768
     assert checks["mfu"]["update_flops"] > 0 and checks["mfu"]["update_tflops"] > 0
-    assert (out / "gpu_check.log").read_text().count("=====") == 2 * 6  # every check's log, collected
+    assert (out / "gpu_check.log").read_text().count("=====") == 2 * 7  # every check's log, collected
     for name, figures in checks.items():  # what the bare GPU machine lacks was never imported
         assert {"ray", "vllm", "sglang"}.isdisjoint(figures["third_party_modules"]), name
     assert "tensordict" in checks["worker"]["third_party_modules"]  # the list is real

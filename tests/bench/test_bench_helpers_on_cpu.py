@@ -232,3 +232,16 @@ def test_allocator_benchmark_children_get_exactly_the_workers_allocator_env():
     (row,) = headlines(records)
     assert row["figure"] == "bf16 update, tcmalloc" and row["value"] == 4.0 and row["peer_value"] == 8.0
     assert "minor faults 100 vs 400" in row["note"]
+
+
+def test_rollout_variants_are_decode_options_that_turn_one_thing_off():
+    from bench_rollout import VARIANTS
+
+    from hybridrl.workers.rollout.decoding import DecodeOptions
+
+    default = DecodeOptions()
+    before = DecodeOptions(**VARIANTS["hf_before"])
+    assert (before.kv_cache, before.draw, before.packed_head) == ("dynamic", "multinomial", False)
+    for name in ("hf_multinomial", "hf_plain_head"):
+        changed = {field for field, value in vars(DecodeOptions(**VARIANTS[name])).items() if value != vars(default)[field]}
+        assert len(changed) == 1, name

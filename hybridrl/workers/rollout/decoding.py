@@ -13,11 +13,14 @@
   (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward;
 - writes keys/values in place into a preallocated cache (``kv_cache.py``) instead of transformers'
   ``torch.cat`` per step, and slices each step's attention mask from one precomputed ``[B, P + R]`` mask;
-- can sample by inverse CDF (``DecodeOptions(draw="inverse_cdf")``, one uniform per row) instead of
-  ``torch.multinomial`` (an exponential per vocabulary entry): same distribution, 10x cheaper on SmolLM2's
-  49k vocabulary, but other tokens for a given seed, so it is opt-in (code only; the default keeps every
-  seeded run's samples unchanged: a pinned-seed learning test, tests/trainer/test_rollout_correction_learning_e2e.py,
-  fails its margins with the other samples).
+- samples by inverse CDF (``draw_inverse_cdf``, one uniform per row) instead of ``torch.multinomial`` (an
+  exponential per vocabulary entry) when the vocabulary is large (``DecodeOptions.draw="auto"``, ≥ 8192 entries):
+  same distribution, 10x cheaper on SmolLM2's 49k vocabulary (the multinomial draw was 14% of its decode), but
+  other tokens for a given seed. Small vocabularies, where the draw costs nothing, keep ``torch.multinomial`` and
+  so the seeded samples of earlier versions (a pinned-seed learning test on the tiny model,
+  tests/trainer/test_rollout_correction_learning_e2e.py, depends on them);
+- runs a CPU fp32 model's large output head (≥ 8192 outputs) as a oneDNN matmul over a prepacked weight
+  (``packed_head.py``: 2x on SmolLM2's 49152 × 576 head at 32 rows; equal up to float summation order).
 
 ``DecodeOptions`` switches the cache back to the unoptimised path for the equality tests and the benchmark's
 ``hf_before``.
@@ -32,9 +35,12 @@ from torch import nn
 
 from hybridrl.utils.hf_cache import cache_kwarg
 from hybridrl.utils.padding import all_padding_columns, prompt_groups
+from hybridrl.workers.rollout.packed_head import MIN_PACKED_VOCAB, packed_output_head
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
+# draw="auto": inverse CDF from this vocabulary size on (multinomial's exponential per entry: ~24 ms per SmolLM2 step)
+AUTO_INVERSE_CDF_MIN_VOCAB = 8192
 
 
 @dataclass
@@ -154,14 +160,26 @@ class DecodeOptions:
     Attributes:
         kv_cache: ``preallocated`` (``kv_cache.PreallocatedCache``: in-place writes; falls back to ``dynamic`` for
             sliding-window/hybrid models and on transformers 4.x) or ``dynamic`` (transformers' ``DynamicCache``, a ``torch.cat`` per step).
-        draw: ``multinomial`` (the seeded samples of every earlier version) or ``inverse_cdf`` (opt-in; see
-            ``sample_next_tokens``).
+        draw: ``auto`` (``inverse_cdf`` for vocabularies of ≥ ``AUTO_INVERSE_CDF_MIN_VOCAB`` entries, else
+            ``multinomial``), ``multinomial`` (the seeded samples of every earlier version) or ``inverse_cdf``
+            (see ``sample_next_tokens``).
         compact_fraction: drop finished rows from the cache once this fraction of the active rows has finished.
+        packed_head: run a CPU fp32 output head of ≥ ``packed_head_min_vocab`` outputs over a prepacked oneDNN weight
+            (``packed_head.py``); False: ``F.linear``.
     """
 
     kv_cache: str = "preallocated"
-    draw: str = "multinomial"
+    draw: str = "auto"
     compact_fraction: float = _COMPACT_FRACTION
+    packed_head: bool = True
+    packed_head_min_vocab: int = MIN_PACKED_VOCAB
+
+
+def resolve_draw(draw: str, vocab_size: int) -> str:
+    """``auto`` → ``inverse_cdf`` from ``AUTO_INVERSE_CDF_MIN_VOCAB`` entries on, else ``multinomial``."""
+    if draw == "auto":
+        return "inverse_cdf" if vocab_size >= AUTO_INVERSE_CDF_MIN_VOCAB else "multinomial"
+    return draw
 
 
 def _new_cache(model: nn.Module, kv_cache: str, capacity: int) -> object:
@@ -219,6 +237,19 @@ def decode_batch(
         generator: RNG for sampling (None: torch's global RNG).
         options: which optimisations run (``DecodeOptions``; the defaults are the engine's).
     """
+    with packed_output_head(model, options.packed_head, options.packed_head_min_vocab):
+        return _decode(model, input_ids, attention_mask, params, generator, options)
+
+
+def _decode(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    options: DecodeOptions = DecodeOptions(),
+) -> DecodeResult:
+    """``decode_batch`` without the packed head's context."""
     lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
     input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
     batch, prompt_width = input_ids.shape
@@ -232,9 +263,10 @@ def decode_batch(
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, params.max_new_tokens))], dim=-1)
     next_pos = position_ids[:, -1:] + 1
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    draw = resolve_draw(options.draw, logits.shape[-1])
     for step in range(params.max_new_tokens):
         banned = eos if step < params.min_new_tokens else None  # rollout.min_tokens: no stop before it
-        tokens, logps = sample_next_tokens(logits, params, generator, options.draw, banned)
+        tokens, logps = sample_next_tokens(logits, params, generator, draw, banned)
         recorder.record(step, active, tokens, logps, finished)  # a finished, not yet compacted row records nothing
         if not params.ignore_eos:
             finished = finished | torch.isin(tokens, eos)

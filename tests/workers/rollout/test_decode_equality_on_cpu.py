@@ -7,7 +7,9 @@
   log-probs within 1e-5 (a matmul over fewer rows may sum in another order: ~1e-6 seen);
 - a preallocated cache too small for the call grows and still gives the same result;
 - the engine against ``transformers.generate`` on the same prompts: same greedy tokens, log-probs within 1e-5;
-- the opt-in ``draw_inverse_cdf`` draws the distribution it is given (frequencies vs hand-set probabilities;
+- the packed output head (oneDNN, prepacked weight) against ``F.linear``: same tokens, greedy and sampled from a
+  seed, log-probs within 1e-5; ``draw="auto"`` picks the inverse CDF only for large vocabularies;
+- ``draw_inverse_cdf`` (``auto``'s pick for large vocabularies) draws the distribution it is given (frequencies vs hand-set probabilities;
   zero-mass tokens never drawn), the property that lets it replace ``torch.multinomial``; the decode loop with
   it gives the same greedy results (greedy never draws).
 
@@ -21,12 +23,18 @@ import pytest
 import torch
 from rollout_testlib import make_prompts
 
-from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch, draw_inverse_cdf
+from hybridrl.workers.rollout.decoding import (
+    AUTO_INVERSE_CDF_MIN_VOCAB,
+    DecodeOptions,
+    decode_batch,
+    draw_inverse_cdf,
+    resolve_draw,
+)
 from hybridrl.workers.rollout.kv_cache import PreallocatedCache, preallocated_cache_or_none
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 BENCH_STOP_IDS = tuple(range(100, 124))
-REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial")  # the engine before issue 22
+REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial", packed_head=False)  # the engine before issue 22
 NEW_TOKENS = 12
 
 
@@ -88,12 +96,29 @@ def test_the_tiny_model_gets_the_preallocated_cache_and_rows_end_at_different_le
 def test_preallocated_cache_equals_dynamic_cache_bit_for_bit(model, tokenizer, stop_ids, greedy):
     params = _params(greedy, stop_ids=stop_ids)
     expected = _decode(model, tokenizer, params, REFERENCE)
-    _assert_same(_decode(model, tokenizer, params, DecodeOptions()), expected)
+    _assert_same(_decode(model, tokenizer, params, DecodeOptions(packed_head=False)), expected)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_packed_output_head_gives_the_same_tokens_and_log_probs_within_1e_5(model, tokenizer, stop_ids, greedy):
+    """The engine's default (``auto`` draws multinomial on this 512-token vocabulary) with the packed head forced on
+    this small head vs the reference: the head's matmul sums in another order, nothing else changes."""
+    assert resolve_draw("auto", model.config.vocab_size) == "multinomial"
+    params = _params(greedy, stop_ids=stop_ids)
+    packed = DecodeOptions(packed_head_min_vocab=0)
+    _assert_same(_decode(model, tokenizer, params, packed), _decode(model, tokenizer, params, REFERENCE), atol=1e-5)
+
+
+def test_auto_draws_by_inverse_cdf_on_large_vocabularies_only():
+    assert resolve_draw("auto", AUTO_INVERSE_CDF_MIN_VOCAB) == "inverse_cdf"
+    assert resolve_draw("auto", 49152) == "inverse_cdf"  # SmolLM2
+    assert resolve_draw("auto", AUTO_INVERSE_CDF_MIN_VOCAB - 1) == "multinomial"
+    assert resolve_draw("multinomial", 49152) == "multinomial" and resolve_draw("inverse_cdf", 512) == "inverse_cdf"
 
 
 def test_the_inverse_cdf_draw_leaves_greedy_decoding_alone(model, tokenizer, stop_ids):
     params = _params(greedy=True, stop_ids=stop_ids)
-    _assert_same(_decode(model, tokenizer, params, DecodeOptions(draw="inverse_cdf")),
+    _assert_same(_decode(model, tokenizer, params, DecodeOptions(draw="inverse_cdf", packed_head=False)),
                  _decode(model, tokenizer, params, REFERENCE))
 
 

@@ -207,3 +207,20 @@ def test_min_new_tokens_bans_the_stop_ids_like_generate(model, tokenizer, stop_i
     for row, (tokens, logps) in enumerate(zip(ours.token_ids, ours.log_probs)):
         assert tokens == generated[row, : len(tokens)].tolist()
         torch.testing.assert_close(torch.tensor(logps), log_probs[row, : len(tokens)], atol=1e-5, rtol=0)
+
+
+def test_inverse_cdf_on_a_49k_vocabulary_draws_the_given_frequencies():
+    """SmolLM2's vocabulary size, a peaked distribution with a long tail (what ``auto`` meets in practice): the
+    fp32 cumulative sum over 49 152 entries keeps every heavy token's frequency and the tail's mass
+    (20 000 draws, tolerance 0.015 ≈ 4 standard errors)."""
+    vocab, draws = 49152, 20_000
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(1)) * 2.0
+    logits[[7, 20_000, 49_000]] += torch.tensor([9.0, 8.5, 8.0])  # three heavy tokens spread over the vocabulary
+    probs = logits.softmax(-1).expand(draws, vocab)
+    ours = draw_inverse_cdf(probs, torch.Generator().manual_seed(2))
+    for token in (7, 20_000, 49_000):
+        assert abs((ours == token).float().mean().item() - probs[0, token].item()) < 0.015
+    heavy = torch.tensor([7, 20_000, 49_000])
+    tail_mass = 1.0 - probs[0, heavy].sum().item()
+    assert tail_mass > 0.1  # the tail is a real share of the draws
+    assert abs((~torch.isin(ours, heavy)).float().mean().item() - tail_mass) < 0.015

@@ -238,51 +238,39 @@ def decode_batch(
         options: which optimisations run (``DecodeOptions``; the defaults are the engine's).
     """
     with packed_output_head(model, options.packed_head, options.packed_head_min_vocab):
-        return _decode(model, input_ids, attention_mask, params, generator, options)
-
-
-def _decode(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | None = None,
-    options: DecodeOptions = DecodeOptions(),
-) -> DecodeResult:
-    """``decode_batch`` without the packed head's context."""
-    lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
-    input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
-    batch, prompt_width = input_ids.shape
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    eos = torch.tensor(params.eos_token_ids, device=input_ids.device)
-    recorder = _Recorder(batch, params.max_new_tokens, input_ids.device)
-    active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
-    cache = _new_cache(model, options.kv_cache, prompt_width + params.max_new_tokens)
-    logits = prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
-    # the mask of every step is a prefix of this one (prompt mask, then ones): no concatenation per step
-    full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, params.max_new_tokens))], dim=-1)
-    next_pos = position_ids[:, -1:] + 1
-    finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-    draw = resolve_draw(options.draw, logits.shape[-1])
-    for step in range(params.max_new_tokens):
-        banned = eos if step < params.min_new_tokens else None  # rollout.min_tokens: no stop before it
-        tokens, logps = sample_next_tokens(logits, params, generator, draw, banned)
-        recorder.record(step, active, tokens, logps, finished)  # a finished, not yet compacted row records nothing
-        if not params.ignore_eos:
-            finished = finished | torch.isin(tokens, eos)
-        if bool(finished.all()) or step == params.max_new_tokens - 1:
-            break
-        if int(finished.sum()) >= max(1, int(options.compact_fraction * len(active))):
-            keep = (~finished).nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            active, tokens, full_mask, next_pos = active[keep], tokens[keep], full_mask[keep], next_pos[keep]
-            finished = finished[keep]
-        logits = model(
-            input_ids=tokens.unsqueeze(-1),
-            attention_mask=full_mask[:, : prompt_width + step + 1],
-            position_ids=next_pos,
-            use_cache=True,
-            **cache_kwarg(model, cache),
-        ).logits[:, -1]
-        next_pos = next_pos + 1
-    return recorder.result()
+        lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
+        input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
+        batch, prompt_width = input_ids.shape
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        eos = torch.tensor(params.eos_token_ids, device=input_ids.device)
+        recorder = _Recorder(batch, params.max_new_tokens, input_ids.device)
+        active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
+        cache = _new_cache(model, options.kv_cache, prompt_width + params.max_new_tokens)
+        logits = prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
+        # the mask of every step is a prefix of this one (prompt mask, then ones): no concatenation per step
+        full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, params.max_new_tokens))], dim=-1)
+        next_pos = position_ids[:, -1:] + 1
+        finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        draw = resolve_draw(options.draw, logits.shape[-1])
+        for step in range(params.max_new_tokens):
+            banned = eos if step < params.min_new_tokens else None  # rollout.min_tokens: no stop before it
+            tokens, logps = sample_next_tokens(logits, params, generator, draw, banned)
+            recorder.record(step, active, tokens, logps, finished)  # a finished, not yet compacted row records nothing
+            if not params.ignore_eos:
+                finished = finished | torch.isin(tokens, eos)
+            if bool(finished.all()) or step == params.max_new_tokens - 1:
+                break
+            if int(finished.sum()) >= max(1, int(options.compact_fraction * len(active))):
+                keep = (~finished).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                active, tokens, full_mask, next_pos = active[keep], tokens[keep], full_mask[keep], next_pos[keep]
+                finished = finished[keep]
+            logits = model(
+                input_ids=tokens.unsqueeze(-1),
+                attention_mask=full_mask[:, : prompt_width + step + 1],
+                position_ids=next_pos,
+                use_cache=True,
+                **cache_kwarg(model, cache),
+            ).logits[:, -1]
+            next_pos = next_pos + 1
+        return recorder.result()

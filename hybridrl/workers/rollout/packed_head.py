@@ -1,4 +1,4 @@
-"""The output head (LM head) of a CPU fp32 rollout as a oneDNN matmul over a prepacked weight.
+"""The output head (LM head) of a CPU rollout as a oneDNN float32 matmul over a prepacked weight.
 
 Each decode step multiplies ``[rows, hidden]`` by the ``[vocab, hidden]`` head weight. With few rows and a large
 vocabulary (SmolLM2: 32 × 576 by 49152 × 576) ``F.linear`` runs at about half the rate of the layers' matmuls on CPU:
@@ -9,8 +9,10 @@ same product in 15 ms (same values up to float summation order: max |Δ| 2e-6 on
 call; the model's own code around the head (slicing, soft-capping, scaling) is untouched. The packed copy lives for
 that call only (packing costs ~30 ms for SmolLM2's head) and is rebuilt if the weight changes meanwhile (new storage
 or an in-place update), so it is never stale.
-Only a CPU ``nn.Linear`` head in float32 without bias and with ≥ ``MIN_PACKED_VOCAB`` outputs, outside autograd,
-takes this path; anything else runs as is (a small head gains nothing and pays the conversions).
+Only a CPU ``nn.Linear`` head without bias and with ≥ ``MIN_PACKED_VOCAB`` outputs, outside autograd, takes this
+path; anything else runs as is (a small head gains nothing and pays the conversions). A bf16/fp16 head (a bf16
+rollout) is packed as a float32 copy and gives float32 logits: the rollout log-probs keep fp32 logits (bf16 logits
+of magnitude 16–32 are 0.125 apart), at 15 ms a step for SmolLM2's head against 9 ms for the bf16 ``F.linear``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from torch import nn
 
 MIN_PACKED_VOCAB = 8192  # smaller heads (the random test models' 512) keep F.linear
+_PACKED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def packable_head(model: nn.Module, min_vocab: int = MIN_PACKED_VOCAB) -> nn.Linear | None:
@@ -33,7 +36,7 @@ def packable_head(model: nn.Module, min_vocab: int = MIN_PACKED_VOCAB) -> nn.Lin
     if head.out_features < min_vocab:
         return None
     weight = head.weight
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+    if weight.device.type != "cpu" or weight.dtype not in _PACKED_DTYPES or not torch.backends.mkldnn.is_available():
         return None
     return head
 
@@ -41,7 +44,7 @@ def packable_head(model: nn.Module, min_vocab: int = MIN_PACKED_VOCAB) -> nn.Lin
 class PackedLinearForward:
     """``forward`` of a bias-free ``nn.Linear`` through ``mkldnn_linear`` with the weight prepacked.
 
-    Call it on ``x [..., in_features]``; returns ``[..., out_features]`` (float32, dense).
+    Call it on ``x [..., in_features]`` (fp32, bf16 or fp16); returns ``[..., out_features]`` (float32, dense).
     """
 
     def __init__(self, linear: nn.Linear) -> None:
@@ -50,18 +53,18 @@ class PackedLinearForward:
         self._key: tuple[int, int] | None = None
 
     def packed_weight(self) -> torch.Tensor:
-        """The oneDNN copy of the weight, rebuilt when the weight's storage or version changed."""
+        """The float32 oneDNN copy of the weight, rebuilt when the weight's storage or version changed."""
         weight = self.linear.weight
         key = (weight.data_ptr(), weight._version)
         if key != self._key:
-            self._packed = weight.detach().to_mkldnn()
+            self._packed = weight.detach().float().to_mkldnn()
             self._key = key
         return self._packed
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or x.dtype != torch.float32:
+        if torch.is_grad_enabled() or x.dtype not in _PACKED_DTYPES:
             return nn.functional.linear(x, self.linear.weight)
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        rows = x.reshape(-1, x.shape[-1]).float().contiguous()
         out = torch._C._nn.mkldnn_linear(rows.to_mkldnn(), self.packed_weight(), None).to_dense()
         return out.reshape(*x.shape[:-1], out.shape[-1])
 

@@ -34,7 +34,7 @@ from hybridrl.workers.rollout.kv_cache import PreallocatedCache, preallocated_ca
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 BENCH_STOP_IDS = tuple(range(100, 124))
-REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial", packed_head=False)  # the engine before issue 22
+REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False)  # before issue 22
 NEW_TOKENS = 12
 
 

@@ -1,8 +1,8 @@
-"""hybridrl.workers.rollout.packed_head: the CPU fp32 output head over a prepacked oneDNN weight.
+"""hybridrl.workers.rollout.packed_head: the CPU output head over a prepacked oneDNN fp32 weight.
 
 Against ``F.linear`` on the same weight (within 1e-5: another summation order), a repack after every kind of weight
 change (in-place update as the actor's weight sync does, a new Parameter), and every case that must keep the plain
-path: autograd, a bf16 head, a bias, a small vocabulary, someone else's instance-level ``forward``. Decode-level equality (tokens and log-probs of
+path: autograd, a bias, a small vocabulary, someone else's instance-level ``forward``. Decode-level equality (tokens and log-probs of
 a whole rollout) is in test_decode_equality_on_cpu.py.
 """
 
@@ -57,6 +57,20 @@ def test_the_packed_copy_follows_in_place_updates_and_new_parameters():
         assert torch.equal(forward(x), torch.zeros(4, 100))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_head_gives_fp32_logits_of_its_weight(dtype):
+    """A bf16 rollout's head: packed as an fp32 copy, fp32 logits (not rounded to bf16), of the bf16 values."""
+    torch.manual_seed(0)
+    model = _TinyLM(vocab=MIN_PACKED_VOCAB, hidden=64, dtype=dtype)
+    x = torch.randn(5, 64).to(dtype)
+    expected = nn.functional.linear(x.float(), model.lm_head.weight.float())
+    with torch.no_grad(), packed_output_head(model) as packed:
+        got = model.lm_head(x)
+    assert packed and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert (got - nn.functional.linear(x, model.lm_head.weight).float()).abs().max() > 1e-4  # a half-precision output would round
+
+
 def test_under_autograd_the_plain_product_runs():
     head = nn.Linear(8, 20, bias=False)
     forward = PackedLinearForward(head)
@@ -81,8 +95,8 @@ def test_the_context_swaps_the_head_forward_and_restores_it():
 
 @pytest.mark.parametrize(
     "model",
-    [_TinyLM(bias=True), _TinyLM(dtype=torch.bfloat16), _TinyLM(vocab=MIN_PACKED_VOCAB - 1), nn.Linear(4, 4)],
-    ids=["bias", "bf16", "small_vocab", "no_get_output_embeddings"],
+    [_TinyLM(bias=True), _TinyLM(vocab=MIN_PACKED_VOCAB - 1), _TinyLM(dtype=torch.float64), nn.Linear(4, 4)],
+    ids=["bias", "small_vocab", "fp64", "no_get_output_embeddings"],
 )
 def test_heads_the_packed_path_does_not_apply_to(model):
     assert packable_head(model) is None

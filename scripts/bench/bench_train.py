@@ -13,7 +13,8 @@ One process, a gloo group of world size 1, the actor exactly as the worker build
 
 The batch: ``--batch`` rows of left-padded prompts (lengths uniform in [P/4, P]) and right-padded
 responses ending at different EOS positions (``--full-share`` of them run to the limit R, the rest
-uniform in [R/8, R]). One timed call = one ``update_policy`` (one optimizer step over the whole batch)
+uniform in [R/8, R], or with ``--response-dist longtail`` R/8 plus an exponential of mean 7R/32: most short, a few
+long). One timed call = one ``update_policy`` (one optimizer step over the whole batch)
 or one ``compute_log_prob``; medians over ``--repeats`` after ``--warmup`` dropped calls.
 
 tokens/s counts *valid* tokens (attention mask); MFU = 6 × params × valid tokens / time / peak, with the
@@ -40,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from figures import (  # noqa: E402
+    LENGTH_DISTRIBUTIONS,
     emit_json,
     headline,
     log,
@@ -78,7 +80,7 @@ def matmul_peak(sizes: list[int], repeats: int) -> dict[str, Any]:
 
 
 def build_batch(batch: int, prompt_len: int, response_len: int, full_share: float, vocab: int, pad_id: int,
-                seed: int, group_size: int = 1) -> Any:
+                seed: int, group_size: int = 1, response_dist: str = "uniform") -> Any:
     """A PPO batch with variable lengths (see the module docstring); rows ``g·n … g·n+n-1`` share one prompt
     when ``group_size`` n > 1 (GRPO's samples of a prompt).
 
@@ -92,7 +94,7 @@ def build_batch(batch: int, prompt_len: int, response_len: int, full_share: floa
     from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
     prompt_lens = sample_lengths(batch, prompt_len, max(1, prompt_len // 4), 0.0, seed)
-    response_lens = sample_lengths(batch, response_len, max(1, response_len // 8), full_share, seed + 1)
+    response_lens = sample_lengths(batch, response_len, max(1, response_len // 8), full_share, seed + 1, response_dist)
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(5, vocab, (batch, prompt_len + response_len), generator=gen)
     if group_size > 1:  # each row takes its group's first row's prompt
@@ -271,7 +273,7 @@ def bench_model(name: str, model_dir: str, args: argparse.Namespace, peaks: dict
     tokenizer = engine_lib.build_tokenizer(model_dir)
     vocab = engine_lib.load_hf_config(model_dir).vocab_size
     data = build_batch(args.batch, args.prompt_len, args.response_len, args.full_share, vocab,
-                       tokenizer.pad_token_id or 0, args.seed, args.group_size)
+                       tokenizer.pad_token_id or 0, args.seed, args.group_size, args.response_dist)
     valid_tokens = int(data.batch["attention_mask"].sum())
     records = []
     for dtype in args.dtypes:
@@ -378,6 +380,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--response-len", type=int, default=64)
     parser.add_argument("--full-share", type=float, default=0.2, help="share of responses cut at the limit")
+    parser.add_argument("--response-dist", default="uniform", choices=LENGTH_DISTRIBUTIONS,
+                        help="response lengths below the limit: uniform in [R/8, R], or longtail (R/8 + an "
+                             "exponential of mean 7R/32: most short, a few long)")
     parser.add_argument("--micro", type=int, default=8, help="ppo_micro_batch_size_per_gpu")
     parser.add_argument("--group-size", type=int, default=1,
                         help="rows per shared prompt (GRPO's n; 1: every row its own prompt)")

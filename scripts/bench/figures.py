@@ -50,18 +50,35 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[flo
     return seconds[warmup:]
 
 
+LENGTH_DISTRIBUTIONS = ("uniform", "longtail")
+
+
 def sample_lengths(
-    count: int, max_len: int, min_len: int, full_share: float = 0.0, seed: int = 0
+    count: int, max_len: int, min_len: int, full_share: float = 0.0, seed: int = 0, dist: str = "uniform"
 ) -> list[int]:
     """Lengths of ``count`` sequences: a ``full_share`` of them exactly ``max_len`` (responses cut at the
-    limit), the rest uniform in ``[min_len, max_len]`` (prompts of different lengths, responses ending at
-    different EOS positions). Deterministic for a given ``seed``."""
+    limit), the rest drawn by ``dist`` (prompts of different lengths, responses ending at different EOS
+    positions). Deterministic for a given ``seed``.
+
+    ``uniform``: uniform in ``[min_len, max_len]``. ``longtail``: ``min_len`` plus an exponential of mean
+    ``(max_len - min_len) / 4``, rounded and capped at ``max_len``: most responses short, a few long, as RL
+    responses are when ``max_response_length`` is set to hold the long ones.
+    """
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
     if not 0.0 <= full_share <= 1.0:
         raise ValueError(f"full_share={full_share} must be in [0, 1]")
+    if dist not in LENGTH_DISTRIBUTIONS:
+        raise ValueError(f"dist={dist!r}: choose from {LENGTH_DISTRIBUTIONS}")
     rng = random.Random(seed)
-    return [max_len if rng.random() < full_share else rng.randint(min_len, max_len) for _ in range(count)]
+
+    def draw() -> int:
+        if dist == "uniform":
+            return rng.randint(min_len, max_len)
+        mean = (max_len - min_len) / 4
+        return min(max_len, min_len + round(rng.expovariate(1 / mean))) if mean > 0 else min_len
+
+    return [max_len if rng.random() < full_share else draw() for _ in range(count)]
 
 
 def ratio(value: float | None, peer: float | None) -> float | None:

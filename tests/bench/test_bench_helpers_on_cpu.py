@@ -90,6 +90,19 @@ def test_sample_lengths_distribution():
         sample_lengths(3, max_len=4, min_len=5)
 
 
+def test_longtail_lengths_are_mostly_short_with_a_few_at_the_limit():
+    lengths = sample_lengths(2000, max_len=256, min_len=32, full_share=0.2, seed=0, dist="longtail")
+    assert min(lengths) >= 32 and max(lengths) == 256
+    below = [length for length in lengths if length < 256]
+    mean_below = sum(below) / len(below)
+    assert 32 + 50 < mean_below < 32 + 62  # 32 + exponential of mean 56, capped at 256 (the cap cuts ~2%)
+    median_below = sorted(below)[len(below) // 2]
+    assert median_below < mean_below  # skewed right: most short
+    assert lengths == sample_lengths(2000, 256, 32, 0.2, seed=0, dist="longtail")
+    with pytest.raises(ValueError, match="dist"):
+        sample_lengths(3, 8, 1, dist="normal")
+
+
 def test_train_batch_is_left_padded_prompts_and_right_padded_responses():
     from bench_train import build_batch
 

@@ -28,7 +28,7 @@ N="${N:-8}"                               # samples per prompt (the GRPO group)
 LR="${LR:-1e-5}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
 TEST_FREQ="${TEST_FREQ:-10}"                # greedy validation of the 128 problems: ~17 s each
-DTYPE="${ROLLOUT_DTYPE:-float32}"          # rollout weights; auto: bfloat16 where the CPU has bf16 matmul units
+DTYPE="${ROLLOUT_DTYPE:-auto}"             # rollout weights; auto: bfloat16 where the CPU has bf16 matmul units
 TRAIN_DTYPE="${TRAIN_DTYPE:-auto}"        # FSDP compute dtype of the actor (fp32 master weights, fp32 log-softmax)
 if [ "$TRAIN_DTYPE" = auto ] || [ "$DTYPE" = auto ]; then  # bf16 only with bf16 matmul units (else ~60x slower)
   NATIVE_BF16="$("$PYTHON" -c 'from hybridrl.utils.cpu_features import has_native_bf16; print(has_native_bf16() is not False)')"
@@ -50,7 +50,7 @@ DATA="$CACHE/data/arithmetic_2digit_add"
 METRICS="$OUT/$EXPERIMENT.jsonl"
 rm -f "$METRICS"
 export VERL_FILE_LOGGER_PATH="$METRICS" TENSORBOARD_DIR="$OUT/tensorboard/$EXPERIMENT"
-MICRO="${MICRO:-16}"                      # samples per forward/backward micro-batch (memory: ~1 GB each)
+MICRO="${MICRO:-32}"                      # samples per forward/backward micro-batch (memory: ~1 GB per 16)
 echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR seed=$SEED train_dtype=$TRAIN_DTYPE rollout_dtype=$DTYPE"
 
 "$PYTHON" -m hybridrl.trainer.main_ppo \

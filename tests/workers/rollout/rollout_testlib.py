@@ -52,6 +52,20 @@ def make_prompts(tokenizer, questions=QUESTIONS, **meta) -> DataProto:
     )
 
 
+def redrawn_tiny_model(model_dir, dtype: torch.dtype = torch.float32):
+    """The tiny model (eval mode, in ``dtype``) with its matrices redrawn at std 0.3: at the saved init (std 0.02)
+    greedy decoding repeats one token, which would make equality checks of decodes weak."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
+    return model.to(dtype)
+
+
 def build_handle(tiny_model_dir, tokenizer, actor, **overrides):
     from hybridrl.workers.sharding_manager import build_rollout_handle
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_testlib import make_prompts
+from rollout_testlib import make_prompts, redrawn_tiny_model
 
 from hybridrl.workers.rollout.decoding import (
     AUTO_INVERSE_CDF_MIN_VOCAB,
@@ -65,17 +65,7 @@ def _assert_same(got, expected, atol=0.0):
 
 @pytest.fixture(scope="module")
 def model(tiny_model_dir):
-    """The tiny model with its matrices redrawn at std 0.3: at the saved init (std 0.02) greedy decoding repeats
-    one token, which would make the equality checks weak."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
-    return model
+    return redrawn_tiny_model(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")

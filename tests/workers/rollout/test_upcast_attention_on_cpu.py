@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_testlib import make_prompts
+from rollout_testlib import make_prompts, redrawn_tiny_model
 
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
 from hybridrl.workers.rollout.sampling import SamplingParams
@@ -20,27 +20,14 @@ from hybridrl.workers.rollout.upcast_attention import UPCAST_ATTN, fp32_attentio
 NEW_TOKENS = 10
 
 
-def _redrawn(model_dir: str, dtype: torch.dtype):
-    """The tiny model with its matrices redrawn at std 0.3 (at std 0.02 greedy decoding repeats one token)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
-    return model.to(dtype)
-
-
 @pytest.fixture(scope="module")
 def fp32_model(tiny_model_dir):
-    return _redrawn(tiny_model_dir, torch.float32)
+    return redrawn_tiny_model(tiny_model_dir, torch.float32)
 
 
 @pytest.fixture(scope="module")
 def bf16_model(tiny_model_dir):
-    return _redrawn(tiny_model_dir, torch.bfloat16)
+    return redrawn_tiny_model(tiny_model_dir, torch.bfloat16)
 
 
 def _qkv(dtype: torch.dtype):

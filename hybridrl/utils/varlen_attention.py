@@ -144,7 +144,7 @@ def varlen_mask(
     )
 
 
-def _mask_interface_matches() -> bool:
+def mask_interface_matches() -> bool:
     """Whether transformers' mask functions take ``q_length`` (5.x), the signature :func:`varlen_mask` implements;
     transformers 4.x (the Megatron environment) passes ``cache_position`` instead, so its models keep ``sdpa``."""
     import inspect
@@ -172,7 +172,7 @@ def use_varlen_attention(model: nn.Module) -> bool:
     configs (whose masks carry extra overlays) are left alone.
     """
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa" or not _mask_interface_matches():
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa" or not mask_interface_matches():
         return False
     if not getattr(model, "_supports_attention_backend", False) or hasattr(config, "vision_config"):
         return False

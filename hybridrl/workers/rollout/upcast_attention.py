@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from hybridrl.utils.varlen_attention import _mask_interface_matches
+from hybridrl.utils.varlen_attention import mask_interface_matches
 
 UPCAST_ATTN = "hybridrl_sdpa_fp32"
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -67,7 +67,7 @@ def wants_upcast_attention(model: nn.Module) -> bool:
     param = next(model.parameters(), None)
     if param is None or param.device.type != "cpu" or param.dtype not in _HALF_DTYPES:
         return False
-    return _mask_interface_matches()
+    return mask_interface_matches()
 
 
 @contextlib.contextmanager

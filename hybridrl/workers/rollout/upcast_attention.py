@@ -8,8 +8,9 @@ linear layers run 2.2× faster. ``fp32_attention(model)`` switches the model, fo
 the model's dtype (0.38 ms a layer; the copies are small next to the weights). Results are those of SDPA in fp32:
 at least as accurate as the bf16 kernel.
 
-Only CPU text models on transformers 5.x whose attention resolved to ``sdpa`` and whose weights are bf16/fp16
-switch; anything else keeps its attention.
+Only CPU text models on transformers 5.x whose attention is ``sdpa`` or ``hybridrl_varlen`` (which runs SDPA on a
+decode's masked, cached calls: an actor-built engine model has it) and whose weights are bf16/fp16 switch; anything
+else keeps its attention. The model's own attention is restored after the call.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from hybridrl.utils.varlen_attention import mask_interface_matches
+from hybridrl.utils.varlen_attention import VARLEN_ATTN, mask_interface_matches
 
 UPCAST_ATTN = "hybridrl_sdpa_fp32"
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
+_SDPA_BASED = ("sdpa", VARLEN_ATTN)  # attentions whose decode calls are transformers' SDPA
 
 
 def upcast_sdpa_forward(
@@ -58,9 +60,9 @@ def register_upcast_attention() -> str:
 
 
 def wants_upcast_attention(model: nn.Module) -> bool:
-    """Whether ``model`` is a CPU bf16/fp16 text model running transformers' ``sdpa`` attention interface."""
+    """Whether ``model`` is a CPU bf16/fp16 text model running ``sdpa`` (or ``hybridrl_varlen``) attention."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+    if config is None or getattr(config, "_attn_implementation", None) not in _SDPA_BASED:
         return False
     if not getattr(model, "_supports_attention_backend", False) or hasattr(config, "vision_config"):
         return False
@@ -72,12 +74,13 @@ def wants_upcast_attention(model: nn.Module) -> bool:
 
 @contextlib.contextmanager
 def fp32_attention(model: nn.Module, enabled: bool = True) -> Iterator[bool]:
-    """Within the block, a CPU bf16/fp16 ``sdpa`` model computes attention in fp32 (yields whether it does)."""
+    """Within the block, a CPU bf16/fp16 SDPA-based model computes attention in fp32 (yields whether it does)."""
     if not (enabled and wants_upcast_attention(model)):
         yield False
         return
+    original = model.config._attn_implementation
     model.set_attn_implementation(register_upcast_attention())
     try:
         yield model.config._attn_implementation == UPCAST_ATTN
     finally:
-        model.set_attn_implementation("sdpa")
+        model.set_attn_implementation(original)

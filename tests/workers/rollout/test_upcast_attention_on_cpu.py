@@ -2,7 +2,9 @@
 
 - the attention function is transformers' SDPA on fp32 copies, cast back (bit for bit), and leaves fp32 inputs to
   the plain function;
-- the context switches only CPU bf16/fp16 ``sdpa`` models, and restores ``sdpa`` afterwards, also on an error;
+- the context switches only CPU bf16/fp16 ``sdpa`` (or ``hybridrl_varlen``) models, and restores their attention
+  afterwards, also on an error; a varlen model decodes bit for bit as an ``sdpa`` one (an actor-built engine model
+  and a separately loaded one must agree);
 - a bf16 decode with it against the same decode with the bf16 kernel (the unoptimised path): the same greedy tokens
   and log-probs within bf16 noise (max 0.057 seen; the weights and activations are bf16 either way).
 """
@@ -97,3 +99,16 @@ def test_a_bf16_decode_with_fp32_attention_matches_the_bf16_kernel(bf16_model, t
     got, ref = torch.tensor(upcast.log_probs), torch.tensor(plain.log_probs)
     torch.testing.assert_close(got, ref, atol=0.1, rtol=0)  # bf16 noise (weights, activations)
     assert not torch.equal(got, ref)  # the attention did run in another precision
+
+
+def test_a_varlen_model_switches_too_and_decodes_as_an_sdpa_model(tiny_model_dir, bf16_model, tokenizer):
+    from hybridrl.utils.varlen_attention import VARLEN_ATTN, use_varlen_attention
+
+    varlen = redrawn_tiny_model(tiny_model_dir, torch.bfloat16)
+    assert use_varlen_attention(varlen) and varlen.config._attn_implementation == VARLEN_ATTN
+    with fp32_attention(varlen) as switched:
+        assert switched and varlen.config._attn_implementation == UPCAST_ATTN
+    assert varlen.config._attn_implementation == VARLEN_ATTN
+    _, got = _greedy(varlen, tokenizer, DecodeOptions())
+    _, expected = _greedy(bf16_model, tokenizer, DecodeOptions())
+    assert got.token_ids == expected.token_ids and got.log_probs == expected.log_probs

@@ -32,6 +32,7 @@ from torch import nn
 
 __all__ = [
     "VARLEN_ATTN",
+    "can_swap_attention",
     "packed_attention_kwargs",
     "packed_sequence_bounds",
     "register_varlen_attention",
@@ -164,20 +165,24 @@ def register_varlen_attention() -> str:
     return VARLEN_ATTN
 
 
-def use_varlen_attention(model: nn.Module) -> bool:
-    """Switch a loaded HF model from ``sdpa`` to ``hybridrl_varlen``; returns whether it did.
-
-    Only text models on transformers 5.x that run transformers' attention interface (``_supports_attention_backend``) and resolved
-    to ``sdpa`` switch: eager, flash-attention, flex and Ulysses models keep their attention, and multimodal
-    configs (whose masks carry extra overlays) are left alone.
-    """
+def can_swap_attention(model: nn.Module, current: tuple[str, ...] = ("sdpa",)) -> bool:
+    """Whether ``model``'s attention may be swapped for one of hybridrl's: a text model on transformers 5.x that runs
+    transformers' attention interface (``_supports_attention_backend``) with an attention among ``current``.
+    Eager, flash-attention, flex and Ulysses models keep theirs, and multimodal configs (whose masks carry extra
+    overlays) are left alone."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa" or not mask_interface_matches():
+    if config is None or getattr(config, "_attn_implementation", None) not in current or not mask_interface_matches():
         return False
-    if not getattr(model, "_supports_attention_backend", False) or hasattr(config, "vision_config"):
+    return getattr(model, "_supports_attention_backend", False) and not hasattr(config, "vision_config")
+
+
+def use_varlen_attention(model: nn.Module) -> bool:
+    """Switch a loaded HF model from ``sdpa`` to ``hybridrl_varlen`` (where ``can_swap_attention``); returns whether
+    it did."""
+    if not can_swap_attention(model):
         return False
     model.set_attn_implementation(register_varlen_attention())  # warns and keeps sdpa if the class cannot switch
-    return config._attn_implementation == VARLEN_ATTN
+    return model.config._attn_implementation == VARLEN_ATTN
 
 
 def packed_attention_kwargs(model: nn.Module, cu_seqlens: torch.Tensor) -> dict[str, torch.Tensor]:

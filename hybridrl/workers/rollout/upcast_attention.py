@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from hybridrl.utils.varlen_attention import VARLEN_ATTN, mask_interface_matches
+from hybridrl.utils.varlen_attention import VARLEN_ATTN, can_swap_attention
 
 UPCAST_ATTN = "hybridrl_sdpa_fp32"
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -61,15 +61,10 @@ def register_upcast_attention() -> str:
 
 def wants_upcast_attention(model: nn.Module) -> bool:
     """Whether ``model`` is a CPU bf16/fp16 text model running ``sdpa`` (or ``hybridrl_varlen``) attention."""
-    config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) not in _SDPA_BASED:
-        return False
-    if not getattr(model, "_supports_attention_backend", False) or hasattr(config, "vision_config"):
+    if not can_swap_attention(model, _SDPA_BASED):
         return False
     param = next(model.parameters(), None)
-    if param is None or param.device.type != "cpu" or param.dtype not in _HALF_DTYPES:
-        return False
-    return mask_interface_matches()
+    return param is not None and param.device.type == "cpu" and param.dtype in _HALF_DTYPES
 
 
 @contextlib.contextmanager

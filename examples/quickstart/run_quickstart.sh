@@ -23,9 +23,11 @@ WORKERS="${WORKERS:-1}"                   # data-parallel workers (trainer.n_gpu
 CORES="${CORES:-$(nproc)}"
 THREADS="${THREADS:-$(( CORES / WORKERS > 0 ? CORES / WORKERS : 1 ))}"  # torch threads per worker
 STEPS="${STEPS:-50}"
-BATCH="${BATCH:-4}"                       # prompts per step
-N="${N:-8}"                               # samples per prompt (the GRPO group)
-LR="${LR:-1e-5}"
+BATCH="${BATCH:-8}"                       # prompts per step
+N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 32 completions, TRL's batch
+LR="${LR:-2e-5}"                          # peak learning rate
+LR_SCHEDULE="${LR_SCHEDULE:-cosine}"      # cosine: from LR down to MIN_LR_RATIO x LR at the last step; constant: LR throughout
+MIN_LR_RATIO="${MIN_LR_RATIO:-0.1}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
 TEST_FREQ="${TEST_FREQ:-10}"                # greedy validation of the 128 problems: ~17 s each
 DTYPE="${ROLLOUT_DTYPE:-auto}"             # rollout weights; auto: bfloat16 where the CPU has bf16 matmul units
@@ -51,7 +53,7 @@ METRICS="$OUT/$EXPERIMENT.jsonl"
 rm -f "$METRICS"
 export VERL_FILE_LOGGER_PATH="$METRICS" TENSORBOARD_DIR="$OUT/tensorboard/$EXPERIMENT"
 MICRO="${MICRO:-32}"                      # samples per forward/backward micro-batch (memory: ~1 GB per 16)
-echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR seed=$SEED train_dtype=$TRAIN_DTYPE rollout_dtype=$DTYPE"
+echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR ($LR_SCHEDULE, min ratio $MIN_LR_RATIO) seed=$SEED train_dtype=$TRAIN_DTYPE rollout_dtype=$DTYPE"
 
 "$PYTHON" -m hybridrl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
@@ -68,6 +70,8 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
     actor_rollout_ref.model.share_prompt_prefix="$SHARE_PROMPT_PREFIX" \
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
     actor_rollout_ref.actor.optim.lr="$LR" \
+    actor_rollout_ref.actor.optim.warmup_style="$LR_SCHEDULE" \
+    actor_rollout_ref.actor.optim.min_lr_ratio="$MIN_LR_RATIO" \
     actor_rollout_ref.actor.ppo_mini_batch_size="$BATCH" \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO" \
     actor_rollout_ref.actor.use_kl_loss=False \

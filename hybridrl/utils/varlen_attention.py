@@ -18,6 +18,12 @@ an attention implementation is asked for, e.g. ``flash_attention_2`` on GPU). Mo
 layers keep the dense mask (the per-sequence kernel has no window). ``torch.nn.attention.flex_attention``
 with a document mask was measured as the alternative: torch 2.13 has no flex-attention backward on CPU.
 
+bf16/fp16 calls on CPU with short query blocks (``T ≤ UPCAST_MAX_QUERY``: a short packed sequence, the
+shared-prompt update's response pass, a decode step) run SDPA on float32 copies of query, key and value and cast
+the result back (:func:`sdpa_forward`): PyTorch's CPU flash-attention kernel is 2.5–3.8× slower in bf16 than in
+fp32 at those lengths, forward and backward (docs/performance.md, "Fused AdamW and fp32 attention in the bf16
+update"); longer blocks keep the bf16 kernel, the faster one there. The results are SDPA's in fp32, cast once.
+
 Notation:
     B: batch (1 for a packed row), H / Hkv: query / key-value heads, T: tokens, D: head dim,
     L_i: length of packed sequence i.
@@ -32,10 +38,13 @@ from torch import nn
 
 __all__ = [
     "VARLEN_ATTN",
+    "UPCAST_MAX_QUERY",
     "can_swap_attention",
+    "half_sdpa_in_fp32",
     "packed_attention_kwargs",
     "packed_sequence_bounds",
     "register_varlen_attention",
+    "sdpa_forward",
     "use_varlen_attention",
     "varlen_attention_forward",
     "varlen_causal_attention",
@@ -43,6 +52,31 @@ __all__ = [
 ]
 
 VARLEN_ATTN = "hybridrl_varlen"
+# CPU bf16/fp16 attention runs in fp32 up to this many query positions per call (measured: fp32 is 1.7-3.8x faster
+# forward + backward at 1-63 queries, bf16 faster from ~95 on; 4th-gen Xeon with AMX, 2 threads)
+UPCAST_MAX_QUERY = 64
+_HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def half_sdpa_in_fp32(query: torch.Tensor) -> bool:
+    """Whether an SDPA call on ``query [B, H, T, D]`` runs on float32 copies: CPU, bf16/fp16, ``T`` short."""
+    return query.device.type == "cpu" and query.dtype in _HALF_DTYPES and query.shape[-2] <= UPCAST_MAX_QUERY
+
+
+def sdpa_forward(
+    module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, upcast: bool | None = None, **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' ``sdpa_attention_forward``, on float32 copies of a half-precision call where ``upcast``
+    (None: :func:`half_sdpa_in_fp32`); returns ``(out [B, T, H, D], None)`` in the query's dtype."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if upcast is None:
+        upcast = half_sdpa_in_fp32(query)
+    if not upcast or query.dtype not in _HALF_DTYPES:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
+    return out.to(query.dtype), weights
 
 
 def packed_sequence_bounds(position_ids: torch.Tensor) -> list[int]:
@@ -70,16 +104,25 @@ def varlen_causal_attention(
     Returns:
         ``[1, H, T, D]``, differentiable with respect to query, key and value.
     """
-    gqa = query.shape[1] != key.shape[1]
     lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
     # split (one concatenation in backward), not slices (each slice's backward fills a full-size zero gradient)
     outputs = [
-        torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
-        )
+        _causal_sdpa(q, k, v, scaling, dropout)
         for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
     ]
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+def _causal_sdpa(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None, dropout: float
+) -> torch.Tensor:
+    """Causal SDPA of one sequence ``[1, H, L, D]`` (on fp32 copies where :func:`half_sdpa_in_fp32`)."""
+    upcast = half_sdpa_in_fp32(query)
+    q, k, v = (t.float() for t in (query, key, value)) if upcast else (query, key, value)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+    )
+    return out.to(query.dtype)
 
 
 def varlen_attention_forward(
@@ -92,11 +135,9 @@ def varlen_attention_forward(
     (``[N+1]``, passed by hybridrl's packed forward, one row) or else from ``position_ids`` (which the decoder
     layers pass on); packed rows run :func:`varlen_causal_attention`, everything else transformers' SDPA.
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     bounds = _packed_bounds(query, key, attention_mask, module, kwargs)
     if not any(len(row) > 2 for row in bounds):  # one sequence per row: SDPA's own is_causal path
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return sdpa_forward(module, query, key, value, attention_mask, **kwargs)
     scaling, dropout = kwargs.get("scaling"), kwargs.get("dropout", 0.0)  # the layer passes 0 in eval mode
     rows = [
         varlen_causal_attention(query[b : b + 1], key[b : b + 1], value[b : b + 1], row, scaling, dropout)

@@ -56,6 +56,73 @@ def test_varlen_attention_equals_dense_block_mask_with_gqa_and_length_one():
     torch.testing.assert_close(varlen[0][0, :, 4], v[0, :, 4].detach().repeat_interleave(2, 0))
 
 
+class _Attention(torch.nn.Module):
+    num_key_value_groups = 2  # 4 query heads over 2 key-value heads
+    is_causal = True
+
+
+def _half_qkv(queries: int, keys: int, dtype: torch.dtype = torch.bfloat16):
+    """``q [2, 4, Q, 16]``, ``k, v [2, 2, K, 16]`` (leaves, gradients on) and a causal mask with left padding."""
+    gen = torch.Generator().manual_seed(queries)
+    q, k, v = (torch.randn(2, heads, length, 16, generator=gen).to(dtype).requires_grad_()
+               for heads, length in ((4, queries), (2, keys), (2, keys)))
+    mask = torch.ones(2, 1, queries, keys, dtype=torch.bool).tril(diagonal=keys - queries)
+    mask[1, :, :, :3] = False
+    return q, k, v, mask
+
+
+def _out_and_grads(attend, q, k, v):
+    out = attend(q, k, v)
+    weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+    return out.detach(), torch.autograd.grad((out.float() * weights).sum(), (q, k, v))
+
+
+def test_short_half_calls_run_sdpa_on_fp32_copies_forward_and_backward():
+    """bf16, Q <= UPCAST_MAX_QUERY: exactly transformers' SDPA on fp32 copies cast back, outputs and gradients."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q, k, v, mask = _half_qkv(queries=varlen_attention.UPCAST_MAX_QUERY, keys=70)
+    assert varlen_attention.half_sdpa_in_fp32(q)
+    got = _out_and_grads(lambda *t: varlen_attention.sdpa_forward(_Attention(), *t, mask, scaling=0.25)[0], q, k, v)
+    fp32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    expected = _out_and_grads(
+        lambda *t: sdpa_attention_forward(_Attention(), *t, mask, scaling=0.25)[0].to(torch.bfloat16), *fp32)
+    assert got[0].dtype == torch.bfloat16 and torch.equal(got[0], expected[0])
+    for got_grad, expected_grad in zip(got[1], expected[1]):
+        assert got_grad.dtype == torch.bfloat16 and torch.equal(got_grad, expected_grad.to(torch.bfloat16))
+    # and at least as close to float64 attention as the bf16 kernel
+    reference = sdpa_attention_forward(_Attention(), *(t.detach().double() for t in (q, k, v)), mask,
+                                       scaling=0.25)[0]
+    native = sdpa_attention_forward(_Attention(), q.detach(), k.detach(), v.detach(), mask, scaling=0.25)[0]
+    assert (got[0].double() - reference).abs().max() <= (native.double() - reference).abs().max()
+
+
+def test_long_half_calls_and_fp32_calls_keep_the_plain_kernel():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    for queries, dtype in ((varlen_attention.UPCAST_MAX_QUERY + 1, torch.bfloat16), (8, torch.float32)):
+        q, k, v, mask = _half_qkv(queries=queries, keys=queries + 4, dtype=dtype)
+        assert not varlen_attention.half_sdpa_in_fp32(q)
+        got = varlen_attention.sdpa_forward(_Attention(), q, k, v, mask)[0]
+        assert got.dtype == dtype and torch.equal(got, sdpa_attention_forward(_Attention(), q, k, v, mask)[0])
+
+
+def test_packed_half_row_upcasts_each_short_sequence_only():
+    """A bf16 packed row of a 5-token and a 70-token sequence: the short one in fp32, the long one in bf16."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 75, 16, generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(1, 2, 75, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    got = varlen_attention.varlen_causal_attention(q, k, v, [0, 5, 75], scaling=0.25)
+
+    def causal(q_, k_, v_):
+        return torch.nn.functional.scaled_dot_product_attention(q_, k_, v_, is_causal=True, scale=0.25,
+                                                                enable_gqa=True)
+
+    short = causal(q[:, :, :5].float(), k[:, :, :5].float(), v[:, :, :5].float()).to(torch.bfloat16)
+    long = causal(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:])
+    assert torch.equal(got, torch.cat([short, long], dim=2))
+
+
 def _batch(vocab: int) -> dict[str, torch.Tensor]:
     """4 rows, left-padded prompts [4, 7] + right-padded responses [4, 5]; one response of length 1 and one
     prompt of length 1, so the packed row holds short and long sequences."""

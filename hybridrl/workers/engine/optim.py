@@ -30,17 +30,34 @@ logger = logging.getLogger(__name__)
 WARMUP_STYLES = ("constant", "cosine")
 
 
+_FUSED_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
 def build_optimizer(module: nn.Module, optim_config: Any) -> torch.optim.AdamW:
     """``AdamW(params, lr, betas, weight_decay)`` from ``*.optim`` (every key from the YAML).
 
-    Only parameters that require grad are optimised (all of them, except with LoRA: the adapters).
+    Only parameters that require grad are optimised (all of them, except with LoRA: the adapters). On CPU the
+    step is torch's fused AdamW kernel (:func:`fused_on_cpu`); elsewhere torch's default implementation.
     """
+    params = [p for p in module.parameters() if p.requires_grad]
     return torch.optim.AdamW(
-        [p for p in module.parameters() if p.requires_grad],
+        params,
         lr=float(optim_config["lr"]),
         betas=tuple(optim_config["betas"]),
         weight_decay=float(optim_config["weight_decay"]),
+        fused=fused_on_cpu(params) or None,
     )
+
+
+def fused_on_cpu(params: list[torch.Tensor]) -> bool:
+    """Whether every parameter is a floating CPU tensor (plain or FSDP2's DTensor): then AdamW runs fused.
+
+    torch's default on CPU is a Python loop of per-tensor ops (``foreach`` is a CUDA default); the fused kernel
+    makes one pass per tensor: 0.08 s against 0.24 s a step for SmolLM2-135M's fp32 weights, 2 threads
+    (docs/performance.md, "Fused AdamW on CPU"). transformers' Trainer (and so TRL) uses it by default from torch
+    2.8 on. Same update up to float rounding (tests/workers/engine/test_engine_optim_on_cpu.py).
+    """
+    return bool(params) and all(p.device.type == "cpu" and p.dtype in _FUSED_CPU_DTYPES for p in params)
 
 
 def get_constant_schedule_with_warmup(optimizer: torch.optim.Optimizer, num_warmup_steps: int) -> LambdaLR:

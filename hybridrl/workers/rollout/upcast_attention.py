@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from hybridrl.utils.varlen_attention import VARLEN_ATTN, can_swap_attention
+from hybridrl.utils.varlen_attention import VARLEN_ATTN, can_swap_attention, sdpa_forward
 
 UPCAST_ATTN = "hybridrl_sdpa_fp32"
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -36,17 +36,10 @@ def upcast_sdpa_forward(
     attention_mask: torch.Tensor | None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' ``sdpa_attention_forward`` on float32 ``query [B, H, Q, D]``, ``key``/``value [B, KV, K, D]``.
-
-    Returns ``(out [B, Q, H, D], None)`` in the query's dtype, as the wrapped function does.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    dtype = query.dtype
-    if dtype not in _HALF_DTYPES:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
-    return out.to(dtype), weights
+    """transformers' ``sdpa_attention_forward`` on float32 ``query [B, H, Q, D]``, ``key``/``value [B, KV, K, D]``,
+    whatever ``Q`` (a prefill too). Returns ``(out [B, Q, H, D], None)`` in the query's dtype, as the wrapped
+    function does."""
+    return sdpa_forward(module, query, key, value, attention_mask, upcast=True, **kwargs)
 
 
 def register_upcast_attention() -> str:

@@ -1,5 +1,6 @@
 """AdamW construction, verl's LR schedules (hand-computed values) and the guarded optimizer step."""
 
+import copy
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from hybridrl.workers.engine.optim import (
     build_lr_scheduler,
     build_optimizer,
     clip_grad_and_step,
+    fused_on_cpu,
     num_warmup_steps,
 )
 
@@ -37,6 +39,34 @@ def test_build_optimizer_reads_lr_betas_weight_decay():
     group = optimizer.param_groups[0]
     assert isinstance(optimizer, torch.optim.AdamW)
     assert (group["lr"], tuple(group["betas"]), group["weight_decay"]) == (3e-4, (0.8, 0.9), 0.1)
+
+
+def test_cpu_adamw_is_fused_and_steps_as_the_unfused_loop():
+    """The fused CPU kernel against torch's for-loop AdamW (the unoptimised path): five steps, same weights."""
+    torch.manual_seed(0)
+    fused_model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    loop_model = copy.deepcopy(fused_model)
+    initial = fused_model[0].weight.detach().clone()
+    config = _optim_config(lr=1e-2, weight_decay=0.1)
+    fused = build_optimizer(fused_model, config)
+    loop = torch.optim.AdamW(loop_model.parameters(), lr=1e-2, betas=(0.9, 0.999), weight_decay=0.1,
+                             foreach=False)
+    assert fused.param_groups[0]["fused"] is True and fused_on_cpu(list(fused_model.parameters()))
+    for step in range(5):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step))
+        for model, optimizer in ((fused_model, fused), (loop_model, loop)):
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+    for got, expected in zip(fused_model.parameters(), loop_model.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(fused_model[0].weight, initial)  # the steps moved the weights
+
+
+def test_integer_or_non_cpu_parameters_keep_torch_default():
+    assert not fused_on_cpu([])
+    assert not fused_on_cpu([torch.zeros(2, device="meta")])
+    assert build_optimizer(nn.Linear(2, 1), _optim_config()).param_groups[0]["fused"] is True
 
 
 def test_warmup_steps_from_steps_or_ratio():

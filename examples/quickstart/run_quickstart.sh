@@ -23,8 +23,8 @@ WORKERS="${WORKERS:-1}"                   # data-parallel workers (trainer.n_gpu
 CORES="${CORES:-$(nproc)}"
 THREADS="${THREADS:-$(( CORES / WORKERS > 0 ? CORES / WORKERS : 1 ))}"  # torch threads per worker
 STEPS="${STEPS:-50}"
-BATCH="${BATCH:-8}"                       # prompts per step
-N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 32 completions, TRL's batch
+BATCH="${BATCH:-16}"                      # prompts per step
+N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 64 completions per step
 LR="${LR:-2e-5}"                          # peak learning rate
 LR_SCHEDULE="${LR_SCHEDULE:-cosine}"      # cosine: from LR down to MIN_LR_RATIO x LR at the last step; constant: LR throughout
 MIN_LR_RATIO="${MIN_LR_RATIO:-0.1}"

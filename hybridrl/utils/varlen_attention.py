@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "HALF_DTYPES",
     "VARLEN_ATTN",
     "UPCAST_MAX_QUERY",
     "can_swap_attention",
@@ -55,12 +56,12 @@ VARLEN_ATTN = "hybridrl_varlen"
 # CPU bf16/fp16 attention runs in fp32 up to this many query positions per call (measured: fp32 is 1.7-3.8x faster
 # forward + backward at 1-63 queries, bf16 faster from ~95 on; 4th-gen Xeon with AMX, 2 threads)
 UPCAST_MAX_QUERY = 64
-_HALF_DTYPES = (torch.bfloat16, torch.float16)
+HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def half_sdpa_in_fp32(query: torch.Tensor) -> bool:
     """Whether an SDPA call on ``query [B, H, T, D]`` runs on float32 copies: CPU, bf16/fp16, ``T`` short."""
-    return query.device.type == "cpu" and query.dtype in _HALF_DTYPES and query.shape[-2] <= UPCAST_MAX_QUERY
+    return query.device.type == "cpu" and query.dtype in HALF_DTYPES and query.shape[-2] <= UPCAST_MAX_QUERY
 
 
 def sdpa_forward(
@@ -73,7 +74,7 @@ def sdpa_forward(
 
     if upcast is None:
         upcast = half_sdpa_in_fp32(query)
-    if not upcast or query.dtype not in _HALF_DTYPES:
+    if not upcast or query.dtype not in HALF_DTYPES:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
     return out.to(query.dtype), weights

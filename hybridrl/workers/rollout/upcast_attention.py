@@ -21,10 +21,9 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from hybridrl.utils.varlen_attention import VARLEN_ATTN, can_swap_attention, sdpa_forward
+from hybridrl.utils.varlen_attention import HALF_DTYPES, VARLEN_ATTN, can_swap_attention, sdpa_forward
 
 UPCAST_ATTN = "hybridrl_sdpa_fp32"
-_HALF_DTYPES = (torch.bfloat16, torch.float16)
 _SDPA_BASED = ("sdpa", VARLEN_ATTN)  # attentions whose decode calls are transformers' SDPA
 
 
@@ -57,7 +56,7 @@ def wants_upcast_attention(model: nn.Module) -> bool:
     if not can_swap_attention(model, _SDPA_BASED):
         return False
     param = next(model.parameters(), None)
-    return param is not None and param.device.type == "cpu" and param.dtype in _HALF_DTYPES
+    return param is not None and param.device.type == "cpu" and param.dtype in HALF_DTYPES
 
 
 @contextlib.contextmanager

@@ -63,7 +63,7 @@ def test_cpu_adamw_is_fused_and_steps_as_the_unfused_loop():
     assert not torch.equal(fused_model[0].weight, initial)  # the steps moved the weights
 
 
-def test_integer_or_non_cpu_parameters_keep_torch_default():
+def test_empty_or_non_cpu_parameters_keep_torch_default():
     assert not fused_on_cpu([])
     assert not fused_on_cpu([torch.zeros(2, device="meta")])
     assert build_optimizer(nn.Linear(2, 1), _optim_config()).param_groups[0]["fused"] is True

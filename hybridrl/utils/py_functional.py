@@ -72,6 +72,9 @@ def _with_process_timeout(func: Callable, seconds: float) -> Callable:
             if child.is_alive():
                 child.terminate()
                 child.join(timeout=_TERMINATE_GRACE_S)
+                if child.is_alive():  # SIGTERM caught by an inherited Python handler that cannot run (a forked
+                    child.kill()      # child blocked on a lock another thread held at fork): the exit would wait
+                    child.join()      # on it forever
                 raise TimeoutError(f"Function {func.__name__} timed out after {seconds} seconds (multiprocessing)!")
             try:
                 ok, value = results.get(timeout=_RESULT_GRACE_S)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
+import signal
 import threading
 import time
 
@@ -37,6 +39,13 @@ def slow():
 
 
 @timeout_limit(seconds=LIMIT_S)
+def slow_and_deaf_to_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a forked child stuck before its Python handler can run
+    time.sleep(TOO_LONG_S)
+    return "finished"
+
+
+@timeout_limit(seconds=LIMIT_S)
 def raises():
     raise ValueError("from the task")
 
@@ -50,6 +59,14 @@ def test_timeout_raises_for_a_slow_call_and_names_the_limit():
     with pytest.raises(TimeoutError, match=f"timed out after {LIMIT_S} seconds"):
         slow()
     assert time.monotonic() - start < TOO_LONG_S  # the child was stopped, not waited for
+
+
+def test_a_child_that_survives_sigterm_is_killed_not_left_behind():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=f"timed out after {LIMIT_S} seconds"):
+        slow_and_deaf_to_sigterm()
+    assert time.monotonic() - start < TOO_LONG_S
+    assert multiprocessing.active_children() == []  # nothing left for the interpreter's exit to wait on
 
 
 def test_timeout_reraises_the_exception_of_the_call():

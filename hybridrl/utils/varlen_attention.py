@@ -36,11 +36,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.utils.grouped_attention import MAX_SCORE_ELEMENTS, additive_mask, grouped_attention
+
 __all__ = [
+    "GROUPED_MAX_QUERY",
     "HALF_DTYPES",
     "VARLEN_ATTN",
     "UPCAST_MAX_QUERY",
     "can_swap_attention",
+    "grouped_attention_applies",
     "half_sdpa_in_fp32",
     "packed_attention_kwargs",
     "packed_sequence_bounds",
@@ -57,6 +61,43 @@ VARLEN_ATTN = "hybridrl_varlen"
 # forward + backward at 1-63 queries, bf16 faster from ~95 on; 4th-gen Xeon with AMX, 2 threads)
 UPCAST_MAX_QUERY = 64
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+# CPU calls that will be differentiated run the grouped-matmul kernel up to this many queries (measured: forward +
+# backward 1.2-1.9x faster than the flash kernel at 15-127 queries, slower from ~190 on; 0 turns it off)
+GROUPED_MAX_QUERY = 128
+# attention kwargs that change the scores: calls carrying one keep SDPA
+_SCORE_MODIFIERS = ("softcap", "position_bias", "s_aux", "sinks")
+
+
+def grouped_attention_applies(
+    query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float, kwargs: dict
+) -> bool:
+    """Whether a call runs :func:`hybridrl.utils.grouped_attention.grouped_attention` instead of SDPA: a CPU call
+    that will be differentiated, of 2..``GROUPED_MAX_QUERY`` queries, no dropout, a mask SDPA-shaped for all
+    heads (``[b, 1, Q, K]``) or none, no score modifiers, and scores within ``MAX_SCORE_ELEMENTS``."""
+    if not (query.device.type == "cpu" and torch.is_grad_enabled() and query.requires_grad):
+        return False
+    batch, heads, queries, _ = query.shape
+    if not 1 < queries <= GROUPED_MAX_QUERY or dropout or heads % key.shape[1]:
+        return False
+    if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1
+                                       or attention_mask.requires_grad):
+        return False
+    if any(kwargs.get(name) is not None for name in _SCORE_MODIFIERS):
+        return False
+    return batch * heads * queries * key.shape[2] <= MAX_SCORE_ELEMENTS
+
+
+def _grouped_forward(
+    module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, scaling: float | None, is_causal: bool | None,
+) -> torch.Tensor:
+    """SDPA's semantics (a mask, or SDPA's causal flag when there is none) on the grouped kernel: ``[B, H, Q, D]``."""
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", True)
+    bias, live = additive_mask(attention_mask, query.shape[2], key.shape[2], is_causal and attention_mask is None,
+                               query.device)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return grouped_attention(query, key, value, bias, scale, live)
 
 
 def half_sdpa_in_fp32(query: torch.Tensor) -> bool:
@@ -72,6 +113,10 @@ def sdpa_forward(
     (None: :func:`half_sdpa_in_fp32`); returns ``(out [B, T, H, D], None)`` in the query's dtype."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    if upcast is None and grouped_attention_applies(query, key, attention_mask, kwargs.get("dropout", 0.0), kwargs):
+        out = _grouped_forward(module, query, key, value, attention_mask, kwargs.get("scaling"),
+                               kwargs.get("is_causal"))
+        return out.transpose(1, 2).contiguous(), None
     if upcast is None:
         upcast = half_sdpa_in_fp32(query)
     if not upcast or query.dtype not in HALF_DTYPES:
@@ -117,7 +162,11 @@ def varlen_causal_attention(
 def _causal_sdpa(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None, dropout: float
 ) -> torch.Tensor:
-    """Causal SDPA of one sequence ``[1, H, L, D]`` (on fp32 copies where :func:`half_sdpa_in_fp32`)."""
+    """Causal SDPA of one sequence ``[1, H, L, D]`` (the grouped kernel where :func:`grouped_attention_applies`,
+    else on fp32 copies where :func:`half_sdpa_in_fp32`)."""
+    if grouped_attention_applies(query, key, None, dropout, {}):
+        bias, _ = additive_mask(None, query.shape[2], key.shape[2], True, query.device)
+        return grouped_attention(query, key, value, bias, scaling if scaling is not None else query.shape[-1] ** -0.5)
     upcast = half_sdpa_in_fp32(query)
     q, k, v = (t.float() for t in (query, key, value)) if upcast else (query, key, value)
     out = torch.nn.functional.scaled_dot_product_attention(

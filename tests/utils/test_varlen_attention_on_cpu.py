@@ -77,10 +77,12 @@ def _out_and_grads(attend, q, k, v):
     return out.detach(), torch.autograd.grad((out.float() * weights).sum(), (q, k, v))
 
 
-def test_short_half_calls_run_sdpa_on_fp32_copies_forward_and_backward():
-    """bf16, Q <= UPCAST_MAX_QUERY: exactly transformers' SDPA on fp32 copies cast back, outputs and gradients."""
+def test_short_half_calls_run_sdpa_on_fp32_copies_forward_and_backward(monkeypatch):
+    """bf16, Q <= UPCAST_MAX_QUERY, grouped kernel off: exactly transformers' SDPA on fp32 copies cast back,
+    outputs and gradients."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    monkeypatch.setattr(varlen_attention, "GROUPED_MAX_QUERY", 0)
     q, k, v, mask = _half_qkv(queries=varlen_attention.UPCAST_MAX_QUERY, keys=70)
     assert varlen_attention.half_sdpa_in_fp32(q)
     got = _out_and_grads(lambda *t: varlen_attention.sdpa_forward(_Attention(), *t, mask, scaling=0.25)[0], q, k, v)
@@ -97,9 +99,10 @@ def test_short_half_calls_run_sdpa_on_fp32_copies_forward_and_backward():
     assert (got[0].double() - reference).abs().max() <= (native.double() - reference).abs().max()
 
 
-def test_long_half_calls_and_fp32_calls_keep_the_plain_kernel():
+def test_long_half_calls_and_fp32_calls_keep_the_plain_kernel(monkeypatch):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    monkeypatch.setattr(varlen_attention, "GROUPED_MAX_QUERY", 0)
     for queries, dtype in ((varlen_attention.UPCAST_MAX_QUERY + 1, torch.bfloat16), (8, torch.float32)):
         q, k, v, mask = _half_qkv(queries=queries, keys=queries + 4, dtype=dtype)
         assert not varlen_attention.half_sdpa_in_fp32(q)
@@ -108,7 +111,8 @@ def test_long_half_calls_and_fp32_calls_keep_the_plain_kernel():
 
 
 def test_packed_half_row_upcasts_each_short_sequence_only():
-    """A bf16 packed row of a 5-token and a 70-token sequence: the short one in fp32, the long one in bf16."""
+    """A bf16 packed row of a 5-token and a 70-token sequence: the short one in fp32, the long one in bf16
+    (no gradients: the grouped kernel is for differentiated calls)."""
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 4, 75, 16, generator=gen).to(torch.bfloat16)
     k, v = (torch.randn(1, 2, 75, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
@@ -168,8 +172,12 @@ def _three_layouts(model_dir: str, monkeypatch, grad_tol: float = 1e-5) -> None:
     _assert_same(padded, varlen_packed, mask, grad_tol)
     _assert_same(dense_packed, varlen_packed, mask, grad_tol)
     assert bool((padded[0][mask] < 0).all())  # real log-probs on every valid token
-    # the varlen model's padded forward is plain SDPA: the same numbers as the sdpa model's
+    # the varlen model's padded forward, differentiated, runs the grouped kernel: SDPA's numbers up to float order
+    _assert_same(padded, _log_probs_and_grads(varlen, batch, use_remove_padding=False), mask, grad_tol)
+    # with the grouped kernel off it is plain SDPA: the same numbers as the sdpa model's
+    monkeypatch.setattr(varlen_attention, "GROUPED_MAX_QUERY", 0)
     _assert_same(padded, _log_probs_and_grads(varlen, batch, use_remove_padding=False), mask, grad_tol=1e-7)
+    monkeypatch.undo()
 
 
 def _spied(monkeypatch, run, expected_calls):

@@ -44,6 +44,7 @@ from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.config.errors import warn_once
 from hybridrl.utils.config.worker_plan import update_split
 from hybridrl.utils.device import get_device_name
+from hybridrl.utils.logprob_fused import token_logprobs
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from hybridrl.utils.ulysses import sp_token_budget
@@ -215,6 +216,9 @@ class DataParallelPPOActor(BasePPOActor):
         """Returns ``(entropy [B, R] | None, log_probs [B, R])`` of the response tokens at ``temperature``."""
 
         def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
+            if not calculate_entropy and logits.device.type == "cpu":
+                # fp32 log-softmax in cache-sized blocks, forward and backward: no [N, V] float32 copy
+                return [token_logprobs(logits, next_tokens, temperature)]
             # fp32 log-softmax under bf16 mixed precision (as verl's fused CE); not in place: logits may be a
             # view needed for backward. A no-op copy-free path for fp32 logits.
             logits = logits.float() / temperature

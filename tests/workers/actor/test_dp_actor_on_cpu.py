@@ -180,6 +180,32 @@ def test_packed_update_equals_padded(causal_lm, make_batch, make_actor_config):
     _assert_same_update(padded, packed, atol=1e-5)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_blocked_log_probs_update_equals_the_unfused_ops(causal_lm, make_batch, make_actor_config, monkeypatch,
+                                                         temperature):
+    """The update's log-probs go through ``token_logprobs`` on CPU; the plain fp32 copy + log-softmax gives the
+    same loss, gradient norm and weights."""
+    import hybridrl.workers.actor.dp_actor as dp_actor
+    from hybridrl.utils.torch_functional import logprobs_from_logits
+
+    data = make_batch(batch_size=4)
+    data.meta_info["temperature"] = temperature
+    calls = []
+
+    def counted(logits, labels, temp):
+        calls.append(temp)
+        return dp_actor_blocked(logits, labels, temp)
+
+    dp_actor_blocked = dp_actor.token_logprobs
+    monkeypatch.setattr(dp_actor, "token_logprobs", counted)
+    blocked = _update(causal_lm, make_actor_config(ppo_micro_batch_size_per_gpu=2), data)
+    assert calls == [temperature, temperature]  # one call per micro-batch: the blocked path ran
+    monkeypatch.setattr(dp_actor, "token_logprobs", lambda logits, labels, temp: logprobs_from_logits(
+        logits.float() / temp, labels))
+    unfused = _update(causal_lm, make_actor_config(ppo_micro_batch_size_per_gpu=2), data)
+    _assert_same_update(unfused, blocked, atol=1e-6)
+
+
 def test_dynamic_bsz_equals_fixed(causal_lm, make_batch, make_actor_config):
     data = make_batch(batch_size=4, seed=3)
     fixed = _update(causal_lm, make_actor_config(loss_agg_mode=AGG, ppo_micro_batch_size_per_gpu=4), data)

@@ -24,6 +24,11 @@ the result back (:func:`sdpa_forward`): PyTorch's CPU flash-attention kernel is 
 fp32 at those lengths, forward and backward (docs/performance.md, "Fused AdamW and fp32 attention in the bf16
 update"); longer blocks keep the bf16 kernel, the faster one there. The results are SDPA's in fp32, cast once.
 
+CPU calls that will be differentiated (the update's forward), of 2 to ``GROUPED_MAX_QUERY`` queries, run
+:func:`hybridrl.utils.grouped_attention.grouped_attention` instead, in any dtype: the same attention as two batched
+matmuls per key-value head with a recomputing backward, 1.2-1.9x faster than the flash kernel forward + backward at
+those lengths (docs/performance.md, "Blocked log-probs and grouped attention in the update").
+
 Notation:
     B: batch (1 for a packed row), H / Hkv: query / key-value heads, T: tokens, D: head dim,
     L_i: length of packed sequence i.

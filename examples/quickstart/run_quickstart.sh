@@ -22,7 +22,7 @@ SEED="${SEED:-1}"
 WORKERS="${WORKERS:-1}"                   # data-parallel workers (trainer.n_gpus_per_node)
 CORES="${CORES:-$(nproc)}"
 THREADS="${THREADS:-$(( CORES / WORKERS > 0 ? CORES / WORKERS : 1 ))}"  # torch threads per worker
-STEPS="${STEPS:-50}"
+STEPS="${STEPS:-70}"                      # cosine schedule over all steps
 BATCH="${BATCH:-16}"                      # prompts per step
 N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 64 completions per step
 LR="${LR:-2e-5}"                          # peak learning rate

@@ -50,8 +50,9 @@ def token_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: floa
     return _TokenLogProbs.apply(flat_logits, flat_labels, 1.0 / temperature).view(lead_shape)
 
 
-def _row_blocks(rows: int, vocab: int) -> range:
-    return range(0, rows, max(1, _BLOCK_ELEMENTS // max(vocab, 1)))
+def _block_rows(vocab: int) -> int:
+    """Rows per block: as many as fit ``_BLOCK_ELEMENTS``, at least one."""
+    return max(1, _BLOCK_ELEMENTS // max(vocab, 1))
 
 
 def _scaled_block(logits: torch.Tensor, start: int, stop: int, scale: float) -> torch.Tensor:
@@ -70,8 +71,8 @@ class _TokenLogProbs(torch.autograd.Function):
         rows, vocab = logits.shape
         out = torch.empty(rows, dtype=torch.float32, device=logits.device)
         lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        step = _row_blocks(rows, vocab).step
-        for start in _row_blocks(rows, vocab):
+        step = _block_rows(vocab)
+        for start in range(0, rows, step):
             stop = min(start + step, rows)
             block = _scaled_block(logits, start, stop, scale)
             torch.logsumexp(block, dim=-1, out=lse[start:stop])
@@ -86,8 +87,8 @@ class _TokenLogProbs(torch.autograd.Function):
         rows, vocab = logits.shape
         grad_logits = torch.empty_like(logits)
         grad_out = grad_out.to(torch.float32)
-        step = _row_blocks(rows, vocab).step
-        for start in _row_blocks(rows, vocab):
+        step = _block_rows(vocab)
+        for start in range(0, rows, step):
             stop = min(start + step, rows)
             block = _scaled_block(logits, start, stop, ctx.scale)
             weight = grad_out[start:stop, None]  # [b, 1]

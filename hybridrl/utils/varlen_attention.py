@@ -92,13 +92,11 @@ def grouped_attention_applies(
     return batch * heads * queries * key.shape[2] <= MAX_SCORE_ELEMENTS
 
 
-def _grouped_forward(
-    module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-    attention_mask: torch.Tensor | None, scaling: float | None, is_causal: bool | None,
+def _grouped_sdpa(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+    scaling: float | None, is_causal: bool,
 ) -> torch.Tensor:
     """SDPA's semantics (a mask, or SDPA's causal flag when there is none) on the grouped kernel: ``[B, H, Q, D]``."""
-    if is_causal is None:
-        is_causal = getattr(module, "is_causal", True)
     bias, live = additive_mask(attention_mask, query.shape[2], key.shape[2], is_causal and attention_mask is None,
                                query.device)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
@@ -119,8 +117,9 @@ def sdpa_forward(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if upcast is None and grouped_attention_applies(query, key, attention_mask, kwargs.get("dropout", 0.0), kwargs):
-        out = _grouped_forward(module, query, key, value, attention_mask, kwargs.get("scaling"),
-                               kwargs.get("is_causal"))
+        is_causal = kwargs.get("is_causal")
+        out = _grouped_sdpa(query, key, value, attention_mask, kwargs.get("scaling"),
+                            getattr(module, "is_causal", True) if is_causal is None else is_causal)
         return out.transpose(1, 2).contiguous(), None
     if upcast is None:
         upcast = half_sdpa_in_fp32(query)
@@ -170,8 +169,7 @@ def _causal_sdpa(
     """Causal SDPA of one sequence ``[1, H, L, D]`` (the grouped kernel where :func:`grouped_attention_applies`,
     else on fp32 copies where :func:`half_sdpa_in_fp32`)."""
     if grouped_attention_applies(query, key, None, dropout, {}):
-        bias, _ = additive_mask(None, query.shape[2], key.shape[2], True, query.device)
-        return grouped_attention(query, key, value, bias, scaling if scaling is not None else query.shape[-1] ** -0.5)
+        return _grouped_sdpa(query, key, value, None, scaling, is_causal=True)
     upcast = half_sdpa_in_fp32(query)
     q, k, v = (t.float() for t in (query, key, value)) if upcast else (query, key, value)
     out = torch.nn.functional.scaled_dot_product_attention(

@@ -29,6 +29,7 @@ LR="${LR:-2e-5}"                          # peak learning rate
 LR_SCHEDULE="${LR_SCHEDULE:-cosine}"      # cosine: from LR down to MIN_LR_RATIO x LR at the last step; constant: LR throughout
 MIN_LR_RATIO="${MIN_LR_RATIO:-0.1}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
+INDEPENDENT="${INDEPENDENT:-0}"             # >0: afterwards, score the trained model on this many unseen problems (evaluate.py)
 TEST_FREQ="${TEST_FREQ:-10}"                # greedy validation of the 128 problems: ~17 s each
 DTYPE="${ROLLOUT_DTYPE:-auto}"             # rollout weights; auto: bfloat16 where the CPU has bf16 matmul units
 TRAIN_DTYPE="${TRAIN_DTYPE:-auto}"        # FSDP compute dtype of the actor (fp32 master weights, fp32 log-softmax)
@@ -104,3 +105,7 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$
 "$PYTHON" "$HERE/summarize.py" "$METRICS" --png "$OUT/$EXPERIMENT.png" --json "$OUT/$EXPERIMENT.summary.json" --total_wall_s $(( $(date +%s) - START ))
 echo "[quickstart] TensorBoard: tensorboard --logdir $OUT/tensorboard"
 "$PYTHON" "$HERE/export_model.py" --checkpoint_dir "$OUT/checkpoints/$EXPERIMENT" --link "$OUT/models/$EXPERIMENT"
+if [ "$INDEPENDENT" -gt 0 ]; then  # problems outside the training and validation splits (not counted in the wall time)
+  "$PYTHON" "$HERE/evaluate.py" --model "$OUT/models/$EXPERIMENT" --num "$INDEPENDENT" --max_new_tokens "$RESPONSE_LENGTH" \
+      --dtype "$DTYPE" --threads "$CORES" --json "$OUT/$EXPERIMENT.independent.json"
+fi

@@ -15,8 +15,24 @@ entropies and their gradients are the same up to float summation order; in backw
 each prompt's gradient over its rows. On the quickstart's shapes (4 prompts × 8 samples, 46-token prompts,
 16-token responses) the transformer runs on 4·46 + 32·15 = 664 positions instead of 32·62 = 1984.
 
+Chat prompts also share a prefix *across* prompts: the chat template's system turn and the instruction's
+first words (the quickstart's 46-token prompts begin with the same 30 tokens). When the distinct prompts share
+L ≥ 1 leading tokens and skipping them saves at least ``MIN_SAVED_POSITIONS`` positions, that prefix runs once
+more upstream, and each distinct prompt runs only its own tail:
+
+    prefix pass:    model(common prefix [1, L])             -> cache per layer [1, kvh, L, d]
+    expand:         1 -> G
+    prompt pass:    model(prompt tails [G, P'-L], cache)    -> as above, cache [G, kvh, P', d]
+
+The tails are the prompts' last P'-L columns (left padding stays left, so a shorter prompt's window starts
+inside its own prefix: those columns are masked, as are the columns of the prefix that a tail repeats). Position
+ids are the padded forward's, so every real token sees the same keys at the same positions. The prefix pass's
+one logit enters the loss with weight 0: its backward reaches that pass's last layer (FSDP's hooks hang there).
+L is capped so that every prompt keeps at least one token of its own (its last position scores response token 0).
+On the quickstart (16 prompts × 4 samples) the prompt positions drop from 16·46 = 736 to 30 + 16·16 = 286.
+
 Notation: B rows, G distinct prompts, P prompt columns (P' after dropping columns that are padding in
-every row), R response columns (R' after dropping trailing all-padding columns), V vocabulary.
+every row), R response columns (R' after dropping trailing all-padding columns), V vocabulary, L common prefix.
 """
 
 from __future__ import annotations
@@ -29,7 +45,11 @@ from torch import nn
 from hybridrl.utils.hf_cache import cache_kwarg, output_cache
 from hybridrl.utils.padding import prompt_groups
 
-__all__ = ["forward_response_shared_prefix"]
+__all__ = ["common_prefix_length", "forward_response_shared_prefix"]
+
+# a prefix pass costs one more (small) forward and backward through every layer: run it only when it saves
+# at least this many positions, (G - 1) · L
+MIN_SAVED_POSITIONS = 16
 
 
 def forward_response_shared_prefix(
@@ -46,7 +66,8 @@ def forward_response_shared_prefix(
 
     Returns:
         Each tensor of ``token_fn`` on the kept response columns ``[B, R']``; ``None`` when the shared path
-        does not apply (no repeated prompt, gradient checkpointing): the caller runs the plain padded forward.
+        does not apply (no repeated prompt and no common prefix worth a pass, gradient checkpointing): the
+        caller runs the plain padded forward.
     """
     responses = micro_batch["responses"]
     input_ids, attention_mask = micro_batch["input_ids"], micro_batch["attention_mask"]
@@ -54,23 +75,36 @@ def forward_response_shared_prefix(
     prompt_end = input_ids.shape[1] - responses.shape[1]  # P
     if _recomputes_activations(module):
         return None
-    groups = prompt_groups(input_ids[:, :prompt_end], attention_mask[:, :prompt_end])
-    if groups is None:
-        return None
-    first_rows, group_of_row = groups
+    first_rows, group_of_row = _distinct_prompts(input_ids[:, :prompt_end], attention_mask[:, :prompt_end])
     prompt = slice(lead, prompt_end)
-    # prompt pass: its last position scores response token 0. The loss depends on these logits, so the
-    # gradient reaches every layer's output of this pass too (FSDP's pre-backward hooks hang there).
+    prompt_ids, prompt_mask = input_ids[first_rows, prompt], attention_mask[first_rows, prompt]  # [G, P']
+    prefix = common_prefix_length(prompt_ids, prompt_mask)
+    if len(first_rows) > 1 and (len(first_rows) - 1) * prefix < MIN_SAVED_POSITIONS:
+        prefix = 0
+    if len(first_rows) == input_ids.shape[0] and prefix == 0:
+        return None  # nothing shared
+    # prompt pass (after the prefix pass, if any): its last position scores response token 0. The loss depends
+    # on these logits, so the gradient reaches every layer's output of this pass too (FSDP's pre-backward hooks)
+    cache, anchor = None, None
+    if prefix:
+        start = prompt_ids.shape[1] - int(prompt_mask[0].sum())  # the first distinct prompt's first token
+        anchor, cache = _prompt_pass(module, prompt_ids[:1, start : start + prefix],
+                                     prompt_mask[:1, start : start + prefix],
+                                     position_ids[first_rows[:1], lead + start : lead + start + prefix])
+        cache.batch_select_indices(torch.zeros(len(first_rows), dtype=torch.long, device=input_ids.device))
+        prompt_mask = _tail_mask(prompt_mask, prefix)  # [G, P']: ones on the cached prefix, then each tail
     first_logits, cache = _prompt_pass(
-        module, input_ids[first_rows, prompt], attention_mask[first_rows, prompt], position_ids[first_rows, prompt]
+        module, prompt_ids[:, prefix:], prompt_mask, position_ids[first_rows, lead + prefix : prompt_end], cache
     )
     per_token = [list(token_fn(first_logits[group_of_row], responses[:, :1]))]  # each [B, 1]
+    if anchor is not None and torch.is_grad_enabled():
+        per_token[0][0] = per_token[0][0] + 0.0 * anchor.float().sum().clamp(-1.0, 1.0)  # 0, also for inf logits
     if kept > 1:
         cache.batch_select_indices(group_of_row)  # [G, ...] -> [B, ...]; backward sums over each prompt's rows
         scored = slice(prompt_end, prompt_end + kept - 1)  # response tokens 0..R'-2 score tokens 1..R'-1
         output = module(
             input_ids=input_ids[:, scored],
-            attention_mask=attention_mask[:, lead : prompt_end + kept - 1],
+            attention_mask=torch.cat([prompt_mask[group_of_row], attention_mask[:, scored]], dim=1),
             position_ids=position_ids[:, scored],
             use_cache=True,
             **cache_kwarg(module, cache),
@@ -79,16 +113,63 @@ def forward_response_shared_prefix(
     return [torch.cat(parts, dim=1) for parts in zip(*per_token)]
 
 
+def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
+    """Leading tokens every left-padded prompt shares, at most one less than the shortest prompt.
+
+    Args:
+        prompt_ids: ``[G, P]`` left-padded prompt ids (at least one row).
+        prompt_mask: ``[G, P]`` 1 on prompt tokens, 0 on the left padding.
+
+    Returns:
+        L ≥ 0 such that every row's first L prompt tokens are the same; 0 for a single row, and when a mask is
+        not left padding followed by tokens (then the prompts are not laid out as this module assumes).
+    """
+    rows, width = prompt_ids.shape
+    lengths = prompt_mask.sum(dim=1)  # [G]
+    columns = torch.arange(width, device=prompt_ids.device)
+    if rows < 2 or not torch.equal(prompt_mask.bool(), columns >= (width - lengths)[:, None]):
+        return 0
+    shortest = int(lengths.min())
+    starts = (width - lengths)[:, None]  # each prompt's first column
+    aligned = prompt_ids.gather(1, (starts + columns[:shortest]).clamp(max=width - 1))  # [G, shortest]
+    same = (aligned == aligned[:1]).all(dim=0)  # [shortest]
+    differs = (~same).nonzero()
+    shared = int(differs[0]) if len(differs) else shortest
+    return min(shared, shortest - 1)
+
+
+def _tail_mask(prompt_mask: torch.Tensor, prefix: int) -> torch.Tensor:
+    """``[G, P']``: ones on the L cached prefix columns, then each prompt's own tokens among the last P'-L
+    columns (its prefix, already cached, masked where a shorter prompt's window reaches into it)."""
+    width = prompt_mask.shape[1]
+    tail_lengths = prompt_mask.sum(dim=1, keepdim=True) - prefix  # [G, 1], each ≥ 1
+    columns = torch.arange(width - prefix, device=prompt_mask.device)
+    tails = (columns >= (width - prefix) - tail_lengths).to(prompt_mask.dtype)
+    return torch.cat([prompt_mask.new_ones((prompt_mask.shape[0], prefix)), tails], dim=1)
+
+
+def _distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(first_rows [G], group_of_row [B])`` of ``prompt_groups``; every row its own group when none repeats."""
+    groups = prompt_groups(prompt_ids, prompt_mask)
+    if groups is not None:
+        return groups
+    rows = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
+    return rows, rows
+
+
 def _prompt_pass(
-    module: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompt_positions: torch.Tensor
+    module: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, prompt_positions: torch.Tensor,
+    cache: Any = None,
 ) -> tuple[torch.Tensor, Any]:
-    """Logits ``[G, 1, V]`` of the last prompt position and the KV cache ``[G, kvh, P', d]`` per layer."""
+    """Logits ``[G, 1, V]`` of the last prompt position and the KV cache ``[G, kvh, P', d]`` per layer
+    (``prompt_mask`` covers ``cache``'s columns, then ``prompt_ids``'s)."""
     output = module(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
         position_ids=prompt_positions,
         use_cache=True,
         logits_to_keep=1,
+        **(cache_kwarg(module, cache) if cache is not None else {}),
     )
     cache = output_cache(output)
     if cache is None:

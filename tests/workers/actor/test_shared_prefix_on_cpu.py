@@ -16,24 +16,28 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.utils.padding import prompt_groups
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from hybridrl.workers.actor import DataParallelPPOActor
+from hybridrl.workers.actor import DataParallelPPOActor, shared_prefix
 from hybridrl.workers.actor.forward import forward_response
-from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix
+from hybridrl.workers.actor.shared_prefix import common_prefix_length, forward_response_shared_prefix
 from tests.workers.actor.conftest import ppo_batch_from
 from tests.workers.engine.engine_testlib import fsdp_config, single_rank_group
 
 PROMPT_LEN, RESPONSE_LEN = 9, 6
 
 
-def grouped_batch(prompt_lens=(9, 5, 7), n=4, seed=0, shuffle=True) -> DataProto:
+def grouped_batch(prompt_lens=(9, 5, 7), n=4, seed=0, shuffle=True, common=0) -> DataProto:
     """``len(prompt_lens)`` prompts × ``n`` responses: left-padded prompts ``[B, 9]``, responses ``[B, 6]`` of
-    lengths 5, 4, 3, 2, 5, ... (the last column is padding in every row), rows shuffled."""
+    lengths 5, 4, 3, 2, 5, ... (the last column is padding in every row), rows shuffled; every prompt begins with
+    the same ``common`` tokens (a chat template's system turn)."""
     gen = torch.Generator().manual_seed(seed)
+    shared = torch.randint(5, 500, (PROMPT_LEN,), generator=gen)
     batch_size = len(prompt_lens) * n
     input_ids = torch.zeros(batch_size, PROMPT_LEN + RESPONSE_LEN, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for group, prompt_len in enumerate(prompt_lens):
         prompt = torch.randint(5, 500, (PROMPT_LEN,), generator=gen)
+        first = PROMPT_LEN - prompt_len
+        prompt[first : first + common] = shared[:common]
         for k in range(n):
             row = group * n + k
             response_len = RESPONSE_LEN - 1 - (row % 4)
@@ -63,13 +67,34 @@ def test_prompt_groups_hand_computed():
     assert prompt_groups(torch.tensor([[3, 4], [3, 4]]), torch.tensor([[1, 1], [0, 1]])) is None
 
 
+def test_common_prefix_length_hand_computed():
+    ids = torch.tensor([[0, 7, 8, 9], [7, 8, 5, 6], [0, 7, 8, 3]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])
+    assert common_prefix_length(ids, mask) == 2  # [7, 8] in every prompt, each keeps a token of its own
+    # capped one below the shortest prompt: [7, 8] is all of row 2, which keeps its last token
+    assert common_prefix_length(ids[[0, 1]], mask[[0, 1]]) == 2
+    short = torch.tensor([[0, 0, 7, 8], [7, 8, 5, 6]])
+    assert common_prefix_length(short, torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])) == 1
+    assert common_prefix_length(torch.tensor([[7, 8], [5, 8]]), torch.ones(2, 2, dtype=torch.long)) == 0
+    assert common_prefix_length(ids[:1], mask[:1]) == 0  # one prompt: nothing to share
+    holes = torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])  # not left padding: not this layout
+    assert common_prefix_length(ids, holes) == 0
+
+
+@pytest.fixture
+def any_prefix(monkeypatch):
+    """The prefix pass even where it saves only a few positions (the tiny batches here)."""
+    monkeypatch.setattr(shared_prefix, "MIN_SAVED_POSITIONS", 1)
+
+
+@pytest.mark.parametrize("common", [0, 3, 5], ids=["no_common_prefix", "common_prefix", "whole_shortest_prompt"])
 @pytest.mark.parametrize("model_fixture", ["tiny_model_dir", "tiny_llama_dir"], ids=["qwen2_tied", "llama_untied"])
-def test_shared_forward_equals_padded_forward(model_fixture, request):
+def test_shared_forward_equals_padded_forward(model_fixture, common, request, any_prefix):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(model_fixture), dtype=torch.float32)
     model.train()
-    batch = grouped_batch().batch
+    batch = grouped_batch(common=common).batch
     mask = batch["response_mask"].bool()
     results = {}
     for share in (False, True):
@@ -99,6 +124,42 @@ def test_shared_path_runs_each_prompt_once(tiny_model_dir):
         out = forward_response_shared_prefix(model, batch, token_fn, lead=0, kept=5)
     assert shapes == [(3, 9), (12, 4)]
     assert out[0].shape == (12, 5)
+
+
+@pytest.mark.parametrize("n", [4, 1], ids=["groups", "distinct_prompts"])
+def test_common_prefix_runs_once(tiny_model_dir, any_prefix, n):
+    """Prompts of 9/5/7 tokens beginning with the same 3: the prefix pass runs those 3 once, the prompt pass the
+    last 9 - 3 columns of the 3 prompts; the same numbers as the plain padded forward, also with no repeated prompt."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    shapes = []
+    model.model.register_forward_pre_hook(lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                          with_kwargs=True)
+    batch = grouped_batch(n=n, common=3).batch
+    with torch.no_grad():
+        out = forward_response_shared_prefix(model, batch, token_fn, lead=0, kept=5)
+        shapes_shared = list(shapes)
+        plain = forward_response(model, batch, False, token_fn)
+    assert shapes_shared == [(1, 3), (3, 6), (3 * n, 4)]
+    mask = batch["response_mask"][:, :5].bool()
+    for got, want in zip(out, plain):
+        torch.testing.assert_close(got[mask], want[:, :5][mask], rtol=1e-5, atol=1e-5)
+
+
+def test_prefix_pass_only_when_it_saves_enough(tiny_model_dir):
+    """3 prompts sharing 3 tokens save (3 - 1) · 3 = 6 positions: below ``MIN_SAVED_POSITIONS``, no prefix pass."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    shapes = []
+    model.model.register_forward_pre_hook(lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                          with_kwargs=True)
+    assert shared_prefix.MIN_SAVED_POSITIONS > 6
+    with torch.no_grad():
+        forward_response_shared_prefix(model, grouped_batch(common=3).batch, token_fn, lead=0, kept=5)
+        assert forward_response_shared_prefix(model, grouped_batch(n=1, common=3).batch, token_fn, 0, 5) is None
+    assert shapes == [(3, 9), (12, 4)]
 
 
 def test_fall_backs_to_the_plain_forward(tiny_model_dir):
@@ -171,12 +232,14 @@ def test_actor_log_probs_and_update_equal_the_padded_actor(causal_lm, make_actor
     torch.testing.assert_close(shared_metrics["actor/pg_loss"], plain_metrics["actor/pg_loss"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("common", [0, 3], ids=["no_common_prefix", "common_prefix"])
 @pytest.mark.parametrize("strategy", ["fsdp2", "fsdp"])
-def test_fsdp_actor_update_equals_the_padded_actor(tiny_model_dir, make_actor_config, strategy):
-    """Two forwards before one backward under FSDP (one gloo rank): the same update as the plain padded path."""
+def test_fsdp_actor_update_equals_the_padded_actor(tiny_model_dir, make_actor_config, strategy, common, any_prefix):
+    """Two (three) forwards before one backward under FSDP (one gloo rank): the same update as the plain padded
+    path."""
     from hybridrl.workers.engine import apply_fsdp, get_full_state_dict, load_hf_model
 
-    data = grouped_batch()
+    data = grouped_batch(common=common)
     states = {}
     with single_rank_group():
         for share in (False, True):
@@ -210,7 +273,8 @@ def _two_rank_update(rank: int, world_size: int, model_dir: str) -> dict:
     from hybridrl.workers.engine import apply_fsdp, get_full_state_dict, load_hf_model
     from tests.workers.actor.conftest import actor_config
 
-    data = grouped_batch(seed=rank)
+    shared_prefix.MIN_SAVED_POSITIONS = 1  # this rank's process: the prefix pass runs on the tiny batch too
+    data = grouped_batch(seed=rank, common=3)
     states = {}
     for share in (False, True):
         torch.manual_seed(0)

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PackedBatch", "all_padding_columns", "pack_sequences", "pad_input", "prompt_groups", "unpad_input"]
+__all__ = [
+    "PackedBatch", "all_padding_columns", "common_prefix_length", "pack_sequences", "pad_input", "prefix_first_mask",
+    "prompt_groups", "unpad_input",
+]
 
 
 def all_padding_columns(attention_mask: torch.Tensor) -> tuple[int, int]:
@@ -56,6 +59,49 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
     first_rows = torch.full((num_groups,), keyed.shape[0], dtype=torch.long, device=keyed.device)
     first_rows.scatter_reduce_(0, group_of_row, rows, reduce="amin")
     return first_rows, group_of_row
+
+
+def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
+    """Leading tokens every left-padded prompt shares, at most one less than the shortest prompt.
+
+    Args:
+        prompt_ids: ``[G, P]`` left-padded prompt ids (at least one row).
+        prompt_mask: ``[G, P]`` 1 on prompt tokens, 0 on the left padding.
+
+    Returns:
+        L ≥ 0 such that every row's first L prompt tokens are the same; 0 for a single row, and when a mask is
+        not left padding followed by tokens (then the prompts are not laid out as this module assumes).
+    """
+    rows, width = prompt_ids.shape
+    lengths = prompt_mask.sum(dim=1)  # [G]
+    columns = torch.arange(width, device=prompt_ids.device)
+    if rows < 2 or not torch.equal(prompt_mask.bool(), columns >= (width - lengths)[:, None]):
+        return 0
+    shortest = int(lengths.min())
+    starts = (width - lengths)[:, None]  # each prompt's first column
+    aligned = prompt_ids.gather(1, (starts + columns[:shortest]).clamp(max=width - 1))  # [G, shortest]
+    same = (aligned == aligned[:1]).all(dim=0)  # [shortest]
+    differs = (~same).nonzero()
+    shared = int(differs[0]) if len(differs) else shortest
+    return min(shared, shortest - 1)
+
+
+def prefix_first_mask(prompt_mask: torch.Tensor, prefix: int) -> torch.Tensor:
+    """The mask of prompts whose common prefix was cached first, then their last ``P - L`` columns.
+
+    Args:
+        prompt_mask: ``[G, P]`` left-padded prompt mask (1 on tokens).
+        prefix: L, the common prefix length (``common_prefix_length``), below every prompt's length.
+
+    Returns:
+        ``[G, P]``: ones on the L prefix columns, then 1 on each prompt's own tokens among its last ``P - L``
+        columns (a shorter prompt's window reaches back into its prefix, already cached: masked).
+    """
+    width = prompt_mask.shape[1]
+    tail_lengths = prompt_mask.sum(dim=1, keepdim=True) - prefix  # [G, 1], each ≥ 1
+    columns = torch.arange(width - prefix, device=prompt_mask.device)
+    tails = (columns >= (width - prefix) - tail_lengths).to(prompt_mask.dtype)
+    return torch.cat([prompt_mask.new_ones((prompt_mask.shape[0], prefix)), tails], dim=1)
 
 
 def unpad_input(

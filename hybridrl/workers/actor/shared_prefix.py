@@ -43,9 +43,9 @@ import torch
 from torch import nn
 
 from hybridrl.utils.hf_cache import cache_kwarg, output_cache
-from hybridrl.utils.padding import prompt_groups
+from hybridrl.utils.padding import common_prefix_length, prefix_first_mask, prompt_groups
 
-__all__ = ["common_prefix_length", "forward_response_shared_prefix"]
+__all__ = ["forward_response_shared_prefix"]
 
 # a prefix pass costs one more (small) forward and backward through every layer: run it only when it saves
 # at least this many positions, (G - 1) · L
@@ -92,7 +92,7 @@ def forward_response_shared_prefix(
                                      prompt_mask[:1, start : start + prefix],
                                      position_ids[first_rows[:1], lead + start : lead + start + prefix])
         cache.batch_select_indices(torch.zeros(len(first_rows), dtype=torch.long, device=input_ids.device))
-        prompt_mask = _tail_mask(prompt_mask, prefix)  # [G, P']: ones on the cached prefix, then each tail
+        prompt_mask = prefix_first_mask(prompt_mask, prefix)  # [G, P']: ones on the cached prefix, then each tail
     first_logits, cache = _prompt_pass(
         module, prompt_ids[:, prefix:], prompt_mask, position_ids[first_rows, lead + prefix : prompt_end], cache
     )
@@ -111,41 +111,6 @@ def forward_response_shared_prefix(
         )
         per_token.append(list(token_fn(output.logits, responses[:, 1:kept])))  # each [B, R'-1]
     return [torch.cat(parts, dim=1) for parts in zip(*per_token)]
-
-
-def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
-    """Leading tokens every left-padded prompt shares, at most one less than the shortest prompt.
-
-    Args:
-        prompt_ids: ``[G, P]`` left-padded prompt ids (at least one row).
-        prompt_mask: ``[G, P]`` 1 on prompt tokens, 0 on the left padding.
-
-    Returns:
-        L ≥ 0 such that every row's first L prompt tokens are the same; 0 for a single row, and when a mask is
-        not left padding followed by tokens (then the prompts are not laid out as this module assumes).
-    """
-    rows, width = prompt_ids.shape
-    lengths = prompt_mask.sum(dim=1)  # [G]
-    columns = torch.arange(width, device=prompt_ids.device)
-    if rows < 2 or not torch.equal(prompt_mask.bool(), columns >= (width - lengths)[:, None]):
-        return 0
-    shortest = int(lengths.min())
-    starts = (width - lengths)[:, None]  # each prompt's first column
-    aligned = prompt_ids.gather(1, (starts + columns[:shortest]).clamp(max=width - 1))  # [G, shortest]
-    same = (aligned == aligned[:1]).all(dim=0)  # [shortest]
-    differs = (~same).nonzero()
-    shared = int(differs[0]) if len(differs) else shortest
-    return min(shared, shortest - 1)
-
-
-def _tail_mask(prompt_mask: torch.Tensor, prefix: int) -> torch.Tensor:
-    """``[G, P']``: ones on the L cached prefix columns, then each prompt's own tokens among the last P'-L
-    columns (its prefix, already cached, masked where a shorter prompt's window reaches into it)."""
-    width = prompt_mask.shape[1]
-    tail_lengths = prompt_mask.sum(dim=1, keepdim=True) - prefix  # [G, 1], each ≥ 1
-    columns = torch.arange(width - prefix, device=prompt_mask.device)
-    tails = (columns >= (width - prefix) - tail_lengths).to(prompt_mask.dtype)
-    return torch.cat([prompt_mask.new_ones((prompt_mask.shape[0], prefix)), tails], dim=1)
 
 
 def _distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from hybridrl.utils.hf_cache import cache_kwarg
-from hybridrl.utils.padding import all_padding_columns, prompt_groups
+from hybridrl.utils.padding import all_padding_columns, common_prefix_length, prefix_first_mask, prompt_groups
 from hybridrl.workers.rollout.packed_head import MIN_PACKED_VOCAB, packed_output_head
 from hybridrl.workers.rollout.sampling import SamplingParams
 from hybridrl.workers.rollout.upcast_attention import fp32_attention
@@ -42,6 +42,9 @@ from hybridrl.workers.rollout.upcast_attention import fp32_attention
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
 # draw="auto": inverse CDF from this vocabulary size on (multinomial's exponential per entry: ~24 ms per SmolLM2 step)
 AUTO_INVERSE_CDF_MIN_VOCAB = 8192
+# the prefill runs the distinct prompts' common prefix once (a batch of 1) when that saves at least this many
+# positions, (G - 1) · L: below it the extra pass through every layer costs about what it saves
+MIN_SAVED_PREFIX_POSITIONS = 16
 
 
 @dataclass
@@ -133,24 +136,58 @@ def prefill_distinct_rows(
     """Prefill the distinct rows of ``input_ids [B, P]`` once and expand ``cache`` to all ``B`` rows.
 
     Returns the next-token logits ``[B, V]`` of every row. The head runs on the last prompt position only.
+    The cache's columns are the prompt's, so ``attention_mask`` stays the mask of later steps.
+    """
+    return prefill(model, input_ids, attention_mask, position_ids, cache, share_common_prefix=False)[0]
+
+
+def prefill(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: object,
+    share_common_prefix: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prefill_distinct_rows``, and (``share_common_prefix``) the prefix every distinct prompt shares run once.
+
+    A chat template's system turn begins every prompt: when the G distinct prompts share L leading tokens and
+    that saves ``(G - 1) · L ≥ MIN_SAVED_PREFIX_POSITIONS`` positions, the prefix runs once (a batch of 1),
+    its cache is copied to the G rows, and each prompt runs its last ``P - L`` columns on top
+    (``hybridrl.workers.actor.shared_prefix`` does the same in the update). The cache then holds the prefix
+    first, so the returned mask, not ``attention_mask``, describes its columns.
+
+    Returns:
+        ``(logits [B, V], cache_mask [B, P])``: next-token logits of every row and the mask of the cache's columns.
     """
     groups = prompt_groups(input_ids, attention_mask)  # None: every row is its own prompt
-    if groups is not None:  # run the first row of each distinct prompt
-        select, inverse = groups
-        input_ids, attention_mask, position_ids = input_ids[select], attention_mask[select], position_ids[select]
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    select, inverse = groups if groups is not None else (rows, rows)
+    ids, mask, positions = input_ids[select], attention_mask[select], position_ids[select]
+    prefix = common_prefix_length(ids, mask) if share_common_prefix else 0
+    if (len(select) - 1) * prefix < MIN_SAVED_PREFIX_POSITIONS:
+        prefix = 0
+    if prefix:
+        start = ids.shape[1] - int(mask[0].sum())  # the first distinct prompt's first token
+        model(input_ids=ids[:1, start : start + prefix], attention_mask=mask[:1, start : start + prefix],
+              position_ids=positions[:1, start : start + prefix], use_cache=True, logits_to_keep=1,
+              **cache_kwarg(model, cache))
+        cache.batch_select_indices(torch.zeros(len(select), dtype=torch.long, device=ids.device))
+        mask = prefix_first_mask(mask, prefix)
+        ids, positions = ids[:, prefix:], positions[:, prefix:]
     logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
         use_cache=True,
         logits_to_keep=1,  # [rows, 1, V]
         **cache_kwarg(model, cache),
     ).logits[:, -1]
     if groups is None:
-        return logits
+        return logits, mask
     # cache row u holds distinct prompt u; row i of the batch is prompt inverse[i]
     cache.batch_select_indices(inverse)
-    return logits[inverse]
+    return logits[inverse], mask[inverse]
 
 
 @dataclass(frozen=True)
@@ -169,6 +206,8 @@ class DecodeOptions:
             weight (``packed_head.py``; fp32 logits for a bf16 model too); False: ``F.linear`` in the model's dtype.
         fp32_attention: a CPU bf16/fp16 model computes attention in fp32 (``upcast_attention.py``: the bf16 CPU
             kernel is slower); False: the model's own attention.
+        share_common_prefix: the prefill runs the prefix all distinct prompts share once (``prefill``); False:
+            each distinct prompt runs whole.
     """
 
     kv_cache: str = "preallocated"
@@ -177,6 +216,7 @@ class DecodeOptions:
     packed_head: bool = True
     packed_head_min_vocab: int = MIN_PACKED_VOCAB
     fp32_attention: bool = True
+    share_common_prefix: bool = True
 
 
 def resolve_draw(draw: str, vocab_size: int) -> str:
@@ -253,9 +293,9 @@ def decode_batch(
         recorder = _Recorder(batch, params.max_new_tokens, input_ids.device)
         active = torch.arange(batch, device=input_ids.device)  # original row index of each cache row
         cache = _new_cache(model, options.kv_cache, prompt_width + params.max_new_tokens)
-        logits = prefill_distinct_rows(model, input_ids, attention_mask, position_ids, cache)
-        # the mask of every step is a prefix of this one (prompt mask, then ones): no concatenation per step
-        full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, params.max_new_tokens))], dim=-1)
+        logits, cache_mask = prefill(model, input_ids, attention_mask, position_ids, cache, options.share_common_prefix)
+        # the mask of every step is a prefix of this one (the cache's prompt mask, then ones): no concatenation per step
+        full_mask = torch.cat([cache_mask, cache_mask.new_ones((batch, params.max_new_tokens))], dim=-1)
         next_pos = position_ids[:, -1:] + 1
         finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
         draw = resolve_draw(options.draw, logits.shape[-1])

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.padding import prompt_groups
+from hybridrl.utils.padding import common_prefix_length, prompt_groups
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from hybridrl.workers.actor import DataParallelPPOActor, shared_prefix
 from hybridrl.workers.actor.forward import forward_response
-from hybridrl.workers.actor.shared_prefix import common_prefix_length, forward_response_shared_prefix
+from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix
 from tests.workers.actor.conftest import ppo_batch_from
 from tests.workers.engine.engine_testlib import fsdp_config, single_rank_group
 

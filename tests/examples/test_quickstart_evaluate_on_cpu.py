@@ -4,26 +4,13 @@ completions equal ``transformers.generate``'s and whose prompts are the trainer 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"qs_eval_{name}", QUICKSTART / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
+from quickstart_testlib import load
 
 evaluate = load("evaluate")
 

@@ -51,6 +51,11 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
+from hybridrl.workers.actor.zero_advantage import (
+    SKIPPED_FRACTION_METRIC,
+    drop_zero_advantage_rows,
+    skips_zero_advantage_rows,
+)
 
 __all__ = ["DataParallelPPOActor"]
 
@@ -332,6 +337,8 @@ class DataParallelPPOActor(BasePPOActor):
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
         keys += [_IS_WEIGHTS_KEY] if _IS_WEIGHTS_KEY in data.batch.keys() else []
         pg_loss_fn = self._update_loss(data.meta_info)
+        correction = data.meta_info.get(ROLLOUT_CORRECTION_META_KEY)
+        skip_zero_adv = skips_zero_advantage_rows(config, bypass_mode=bool(correction and correction.bypass_mode))
         if "old_log_probs" not in data.batch.keys():
             if config.recompute_old_log_prob:
                 raise KeyError(
@@ -351,20 +358,33 @@ class DataParallelPPOActor(BasePPOActor):
                     sp_token_budget(split.token_budget_per_rank, self._sp_size),
                 )
                 self.actor_optimizer.zero_grad()
-                for micro_metrics in self._accumulate_gradients(micro_batches, temperature, pg_loss_fn):
+                for micro_metrics in self._accumulate_gradients(micro_batches, temperature, pg_loss_fn,
+                                                                skip_zero_adv):
                     append_to_dict(metrics, micro_metrics)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})
         self.actor_optimizer.zero_grad()
         return metrics
 
-    def _accumulate_gradients(self, micro_batches: list, temperature: float,
-                              pg_loss_fn: BoundPolicyLoss) -> list[dict[str, float]]:
-        """Forward and backward of a mini-batch's micro-batches (gradients accumulate); their metrics."""
+    def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: BoundPolicyLoss,
+                              skip_zero_adv: bool = False) -> list[dict[str, float]]:
+        """Forward and backward of a mini-batch's micro-batches (gradients accumulate); their metrics.
+
+        With ``skip_zero_adv`` the rows whose advantages are all 0 stay out of the forward and backward, the
+        loss rescaled to the whole micro-batch's (``zero_advantage.py``: the same gradient)."""
         all_metrics = []
         for micro_batch in micro_batches:
+            scale = self._loss_scale(micro_batch)
+            skipped = None
+            if skip_zero_adv:
+                micro_batch, skipped = drop_zero_advantage_rows(micro_batch)
             with activation_offload_context(self._activation_offload, self.device_name):
                 policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
-            (policy_loss * self._loss_scale(micro_batch)).backward()
+            if skipped is not None:
+                policy_loss = policy_loss * skipped.loss_factor(self.config.loss_agg_mode)
+                micro_metrics = skipped.rescale_metrics(micro_metrics, self.config.loss_agg_mode)
+            elif skip_zero_adv:
+                micro_metrics[SKIPPED_FRACTION_METRIC] = 0.0
+            (policy_loss * scale).backward()
             all_metrics.append(micro_metrics)
         return all_metrics
 

@@ -87,6 +87,7 @@ def test_one_update_changes_parameters_and_lr_zero_does_not(causal_lm, make_batc
         "actor/ppo_kl",
         "actor/pg_clipfrac_lower",
         "actor/grad_norm",
+        "actor/zero_adv_skipped_frac",  # hybridrl's: the share of rows left out (zero_advantage.py)
     }
 
 

@@ -8,7 +8,9 @@ One process, a gloo group of world size 1, the actor exactly as the worker build
              padded_shared (opt-in: ``model.share_prompt_prefix=True``, each distinct prompt run once; with
              ``--group-size n`` the rows come in GRPO groups of n samples sharing a prompt, with
              ``--common-prefix K`` every prompt begins with the same K tokens, run once in a prefix pass) |
-             padded_shared_whole (opt-in: padded_shared without the prefix pass: each distinct prompt runs whole)
+             padded_shared_whole (opt-in: padded_shared without the prefix pass: each distinct prompt runs whole) |
+             padded_shared_every_row (opt-in: padded_shared with ``actor.skip_zero_advantage_rows=False``: the rows
+             whose advantages are all 0, ``--zero-adv-groups`` of the groups, run too; every other layout skips them)
     bsz      fixed (``ppo_micro_batch_size_per_gpu``) | dynamic (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
     dtype    fp32 | bf16 (``fsdp_config.mixed_precision.param_dtype=bf16``: hybridrl's way on CPU, fp32
              master weights) | bf16_autocast (fp32 FSDP under ``torch.autocast("cpu", bf16)``, opt-in)
@@ -55,7 +57,7 @@ from figures import (  # noqa: E402
 )
 
 DTYPES = ("fp32", "bf16", "bf16_autocast")
-LAYOUTS = ("padded", "packed", "packed_dense", "padded_shared", "padded_shared_whole")
+LAYOUTS = ("padded", "packed", "packed_dense", "padded_shared", "padded_shared_whole", "padded_shared_every_row")
 _BF16_MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
@@ -82,10 +84,13 @@ def matmul_peak(sizes: list[int], repeats: int) -> dict[str, Any]:
 
 
 def build_batch(batch: int, prompt_len: int, response_len: int, full_share: float, vocab: int, pad_id: int,
-                seed: int, group_size: int = 1, response_dist: str = "uniform", common_prefix: int = 0) -> Any:
+                seed: int, group_size: int = 1, response_dist: str = "uniform", common_prefix: int = 0,
+                zero_adv_groups: float = 0.0) -> Any:
     """A PPO batch with variable lengths (see the module docstring); rows ``g·n … g·n+n-1`` share one prompt
     when ``group_size`` n > 1 (GRPO's samples of a prompt); every prompt's first ``common_prefix`` tokens are
-    the same (a chat template's opening; prompts shorter than that are lengthened to it plus one token).
+    the same (a chat template's opening; prompts shorter than that are lengthened to it plus one token); a
+    random ``zero_adv_groups`` share of the groups get advantage 0 on every row (GRPO groups whose samples all
+    earned the same reward).
 
     Returns:
         DataProto with ``input_ids, attention_mask, position_ids [B, P+R]``, ``responses, response_mask,
@@ -123,6 +128,10 @@ def build_batch(batch: int, prompt_len: int, response_len: int, full_share: floa
         "advantages": torch.randn(batch, response_len, generator=gen) * response_mask,
         "old_log_probs": torch.zeros(batch, response_len),
     }
+    groups = batch // max(1, group_size)
+    zeroed = torch.randperm(groups, generator=gen)[: round(zero_adv_groups * groups)]
+    for group in zeroed.tolist():
+        tensors["advantages"][group * group_size : (group + 1) * group_size] = 0.0
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
@@ -140,6 +149,7 @@ def actor_config(args: argparse.Namespace, layout: str, bsz: str) -> Any:
         "policy_loss": {"loss_mode": "vanilla"}, "loss_agg_mode": "token-mean", "entropy_coeff": 0,
         "use_kl_loss": False, "grad_clip": 1.0, "use_remove_padding": layout.startswith("packed"),
         "share_prompt_prefix": layout.startswith("padded_shared"),
+        "skip_zero_advantage_rows": layout != "padded_shared_every_row",
     })
 
 
@@ -295,7 +305,8 @@ def bench_model(name: str, model_dir: str, args: argparse.Namespace, peaks: dict
     tokenizer = engine_lib.build_tokenizer(model_dir)
     vocab = engine_lib.load_hf_config(model_dir).vocab_size
     data = build_batch(args.batch, args.prompt_len, args.response_len, args.full_share, vocab,
-                       tokenizer.pad_token_id or 0, args.seed, args.group_size, args.response_dist, args.common_prefix)
+                       tokenizer.pad_token_id or 0, args.seed, args.group_size, args.response_dist, args.common_prefix,
+                       args.zero_adv_groups)
     valid_tokens = int(data.batch["attention_mask"].sum())
     records = []
     for dtype in args.dtypes:
@@ -347,6 +358,9 @@ def comparisons(records: list[dict]) -> list[dict]:
             peer = find(records, **{**base, "layout": "padded_shared_whole"})
             rows.append(_row(f"{model} {phase} {dtype}: shared prompt with vs without the prefix pass", record, peer,
                              "no prefix pass"))
+            peer = find(records, **{**base, "layout": "padded_shared_every_row"})
+            rows.append(_row(f"{model} {phase} {dtype}: zero-advantage rows skipped vs run", record, peer,
+                             "every row run"))
         if layout.startswith("packed") and bsz == "fixed":
             peer = find(records, **{**base, "layout": "padded"})
             row = _row(f"{model} {phase} {dtype}: {layout} vs padded", record, peer, "padded",
@@ -413,6 +427,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="every prompt begins with the same this many tokens (a chat template's opening)")
     parser.add_argument("--group-size", type=int, default=1,
                         help="rows per shared prompt (GRPO's n; 1: every row its own prompt)")
+    parser.add_argument("--zero-adv-groups", type=float, default=0.0,
+                        help="share of the groups whose advantages are all 0 (skipped by the update unless the "
+                             "layout is padded_shared_every_row)")
     parser.add_argument("--max-token-len", type=int, default=0,
                         help="ppo_max_token_len_per_gpu (0: micro × (prompt + response))")
     parser.add_argument("--dtypes", default="fp32,bf16", help=f"subset of {','.join(DTYPES)}")

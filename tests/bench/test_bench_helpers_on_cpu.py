@@ -131,6 +131,18 @@ def test_train_batch_groups_share_their_prompt():
     assert config.share_prompt_prefix and not config.use_remove_padding
 
 
+def test_train_batch_zero_advantage_groups():
+    from bench_train import actor_config, build_batch, parse_args
+
+    data = build_batch(batch=16, prompt_len=8, response_len=5, full_share=0.5, vocab=100, pad_id=0, seed=1,
+                       group_size=4, zero_adv_groups=0.5)
+    zero_rows = [bool((row == 0).all()) for row in data.batch["advantages"]]
+    assert sum(zero_rows) == 8 and all(len(set(zero_rows[g : g + 4])) == 1 for g in range(0, 16, 4))  # whole groups
+    args = parse_args(["--layouts", "padded_shared,padded_shared_every_row"])
+    assert actor_config(args, "padded_shared", "fixed").skip_zero_advantage_rows
+    assert not actor_config(args, "padded_shared_every_row", "fixed").skip_zero_advantage_rows
+
+
 def test_computed_token_slots_drop_the_columns_the_padded_forward_skips():
     import torch
     from bench_train import micro_batch_tokens

@@ -54,6 +54,7 @@ from hybridrl.workers.actor.forward import forward_response, restore_order, spli
 from hybridrl.workers.actor.zero_advantage import (
     SKIPPED_FRACTION_METRIC,
     drop_zero_advantage_rows,
+    micro_batches_to_run,
     skips_zero_advantage_rows,
 )
 
@@ -370,13 +371,19 @@ class DataParallelPPOActor(BasePPOActor):
         """Forward and backward of a mini-batch's micro-batches (gradients accumulate); their metrics.
 
         With ``skip_zero_adv`` the rows whose advantages are all 0 stay out of the forward and backward, the
-        loss rescaled to the whole micro-batch's (``zero_advantage.py``: the same gradient)."""
+        loss rescaled to the whole micro-batch's, and a micro-batch with no other row on any rank does not run
+        (except the first) (``zero_advantage.py``: the same gradient)."""
+        scales = [self._loss_scale(micro_batch) for micro_batch in micro_batches]
+        plans = [drop_zero_advantage_rows(micro_batch) if skip_zero_adv else (micro_batch, None)
+                 for micro_batch in micro_batches]
+        runs = (micro_batches_to_run([skipped is None or skipped.kept_rows > 0 for _, skipped in plans])
+                if skip_zero_adv else [True] * len(plans))
         all_metrics = []
-        for micro_batch in micro_batches:
-            scale = self._loss_scale(micro_batch)
-            skipped = None
-            if skip_zero_adv:
-                micro_batch, skipped = drop_zero_advantage_rows(micro_batch)
+        for (micro_batch, skipped), scale, run in zip(plans, scales, runs):
+            if not run:  # no row counts here nor on any rank: its loss and gradient are 0
+                assert skipped is not None
+                all_metrics.append(skipped.metrics_without_rows())
+                continue
             with activation_offload_context(self._activation_offload, self.device_name):
                 policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
             if skipped is not None:

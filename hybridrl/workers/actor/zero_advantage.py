@@ -20,6 +20,10 @@ Per micro-batch (the split stays as verl's, so per-micro-batch means and the acc
         seq-mean-token-sum / -token-mean mean over kept rows  → × B_kept / B          (rows)
         seq-mean-token-sum-norm          Σ_kept / T           → × 1
 
+A micro-batch left with no row that counts runs no forward and backward at all when the same holds on every rank
+(one all-reduce of a flag per micro-batch), except the mini-batch's first, which always runs: the optimizer then
+sees gradients (zeros) as it would have, so Adam's moments and weight decay move exactly as before.
+
 The gradient is the full micro-batch's (up to float summation order). Metrics: ``actor/pg_loss`` is scaled by
 the same factor; ``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower`` (token means; a token at ``A = 0`` is
 never clipped) by ``N_kept / N``, which makes them the whole micro-batch's exactly; ``actor/ppo_kl`` likewise,
@@ -38,9 +42,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["SKIPPED_FRACTION_METRIC", "SkippedRows", "drop_zero_advantage_rows", "skips_zero_advantage_rows",
-           "zero_advantage_rows"]
+from hybridrl.utils.device import current_device
+
+__all__ = ["SKIPPED_FRACTION_METRIC", "SkippedRows", "drop_zero_advantage_rows", "micro_batches_to_run",
+           "skips_zero_advantage_rows", "zero_advantage_rows"]
 
 SKIPPABLE_LOSS_MODES = frozenset({"vanilla"})  # losses proportional to A token by token
 TOKEN_MEAN_METRICS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
@@ -101,6 +108,10 @@ class SkippedRows:
         out[SKIPPED_FRACTION_METRIC] = 1.0 - self.kept_rows / self.rows
         return out
 
+    def metrics_without_rows(self) -> dict[str, float]:
+        """The metrics of a micro-batch none of whose rows counts, which did not run: every loss and clip term 0."""
+        return {"actor/pg_loss": 0.0, **dict.fromkeys(TOKEN_MEAN_METRICS, 0.0), SKIPPED_FRACTION_METRIC: 1.0}
+
 
 def drop_zero_advantage_rows(micro_batch: Any) -> tuple[Any, SkippedRows | None]:
     """``micro_batch`` (``advantages, response_mask [B, R]`` among its keys) without its zero-advantage rows.
@@ -123,3 +134,17 @@ def drop_zero_advantage_rows(micro_batch: Any) -> tuple[Any, SkippedRows | None]
     kept_tokens = 0 if all_skipped else int(response_mask[rows].sum())
     return kept, SkippedRows(rows=len(keep), kept_rows=0 if all_skipped else len(rows), tokens=tokens,
                              kept_tokens=kept_tokens)
+
+
+def micro_batches_to_run(counts: list[bool]) -> list[bool]:
+    """Which micro-batches of a mini-batch run forward and backward: those with a row that counts on some rank,
+    and always the first (``counts[i]``: micro-batch i of this rank has one). Every rank gets the same answer (a
+    MAX all-reduce of the flags), so FSDP's collectives stay paired."""
+    flags = torch.tensor(counts, dtype=torch.int32)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        flags = flags.to(current_device())
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    run = [bool(flag) for flag in flags.tolist()]
+    if run:
+        run[0] = True
+    return run

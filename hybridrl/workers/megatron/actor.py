@@ -100,11 +100,13 @@ class MegatronPPOActor(DataParallelPPOActor):
             torch.cat([p[1] for p in payloads]) if payloads else None, shape, device)
         return [log_probs], [entropys]
 
-    def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: Any) -> list[dict[str, float]]:
-        """PP = 1: the actor's loop. PP > 1: one forward-backward pipeline pass over the mini-batch; the last stage's
-        per-micro-batch metrics broadcast over the pipeline group."""
+    def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: Any,
+                              skip_zero_adv: bool = False) -> list[dict[str, float]]:
+        """PP = 1: the actor's loop (zero-advantage rows skipped as there). PP > 1: one forward-backward pipeline
+        pass over the mini-batch, every row run; the last stage's per-micro-batch metrics broadcast over the
+        pipeline group."""
         if pipeline.pipeline_size() == 1:
-            return super()._accumulate_gradients(micro_batches, temperature, pg_loss_fn)
+            return super()._accumulate_gradients(micro_batches, temperature, pg_loss_fn, skip_zero_adv)
 
         def last_stage(micro_batch: Any, _index: int) -> tuple[torch.Tensor, Any]:
             policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)

@@ -97,17 +97,37 @@ def _assert_same(reference, other, moved_atol=1e-6):
 @pytest.mark.parametrize("agg", AGG_MODES)
 def test_update_without_zero_rows_equals_every_row(causal_lm, monkeypatch, agg):
     """Off-policy ratios (old log-probs 0, so clipping is active): the same grad norm, weights and loss/clip
-    metrics; rows 1, 2 of the first micro-batch and the whole second one stay out (one row of it still runs)."""
+    metrics; rows 1, 2 of the first micro-batch stay out and the second, all zero, does not run."""
     data = _batch_with_zero_rows()
     sizes = {"ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 4, "loss_agg_mode": agg}
     every_row = _update(causal_lm, actor_config(skip_zero_advantage_rows=False, **sizes), data)
     rows_run = _rows_run(monkeypatch)
     skipping = _update(causal_lm, actor_config(**sizes), data)
-    assert rows_run == [2, 1]
+    assert rows_run == [2]
     assert skipping[1][SKIPPED_FRACTION_METRIC] == [0.5, 1.0]
     assert SKIPPED_FRACTION_METRIC not in every_row[1]
     assert max(every_row[1]["actor/pg_clipfrac"]) > 0  # clipping is exercised
     _assert_same(every_row, skipping)
+
+
+def test_a_zero_first_micro_batch_still_runs_so_adam_steps_as_before(causal_lm, monkeypatch):
+    """Every row zero: one row of the first micro-batch runs (zero loss) so the gradients exist and AdamW's weight
+    decay applies as in the every-row update; the second micro-batch does not run."""
+    data = _batch_with_zero_rows(zero_rows=range(8))
+    sizes = {"ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 4}
+    results = {}
+    for skip in (False, True):
+        rows_run = _rows_run(monkeypatch)
+        model = copy.deepcopy(causal_lm)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        config = actor_config(skip_zero_advantage_rows=skip, **sizes)
+        results[skip] = model, DataParallelPPOActor(config, model, optimizer).update_policy(data), list(rows_run)
+    assert results[False][2] == [4, 4] and results[True][2] == [1]
+    assert results[True][1]["actor/pg_loss"] == results[False][1]["actor/pg_loss"] == [0.0, 0.0]
+    moved = max((a - b).abs().max().item() for a, b in zip(results[False][0].parameters(), causal_lm.parameters()))
+    assert moved > 1e-4  # weight decay moved the weights
+    diff = max((a - b).abs().max().item() for a, b in zip(results[False][0].parameters(), results[True][0].parameters()))
+    assert diff == 0.0
 
 
 def test_token_budget_micro_batches(causal_lm, monkeypatch):
@@ -175,12 +195,14 @@ def test_fsdp2_update_equals_every_row(tiny_model_dir):
         torch.testing.assert_close(states[True][name], value, rtol=0, atol=1e-6)
 
 
-def _two_rank_update(rank: int, world_size: int, model_dir: str) -> dict:
-    """Rank 0's second micro-batch is all zero-advantage rows, rank 1's rows all count: the ranks run different
-    row counts but the same micro-batches, so FSDP2's collectives stay paired."""
+def _two_rank_update(rank: int, world_size: int, model_dir: str, both: bool) -> dict:
+    """Rank 0's second micro-batch is all zero-advantage rows; rank 1's rows all count (``both``: its second
+    micro-batch is zero too). The ranks run different row counts but the same micro-batches (the second runs on
+    both ranks, or with ``both`` on neither), so FSDP2's collectives stay paired."""
     from hybridrl.workers.engine import apply_fsdp, get_full_state_dict, load_hf_model
 
-    data = _batch_with_zero_rows(seed=rank, zero_rows=(1, 2, 4, 5, 6, 7) if rank == 0 else ())
+    zero_rows = (1, 2, 4, 5, 6, 7) if rank == 0 else ((0, 4, 5, 6, 7) if both else ())
+    data = _batch_with_zero_rows(seed=rank, zero_rows=zero_rows)
     states = {}
     for skip in (False, True):
         torch.manual_seed(0)
@@ -194,10 +216,11 @@ def _two_rank_update(rank: int, world_size: int, model_dir: str) -> dict:
 
 
 @pytest.mark.slow
-def test_two_rank_fsdp2_update_equals_every_row(tiny_model_dir):
+@pytest.mark.parametrize("both", [False, True], ids=["one_rank_zero", "both_ranks_zero"])
+def test_two_rank_fsdp2_update_equals_every_row(tiny_model_dir, both):
     from tests.workers.engine.engine_testlib import run_ranks
 
-    results = run_ranks(_two_rank_update, 2, tiny_model_dir)
+    results = run_ranks(_two_rank_update, 2, tiny_model_dir, both)
     for name, value in results[0][False].items():
         torch.testing.assert_close(results[0][True][name], value, rtol=0, atol=1e-6)
         torch.testing.assert_close(results[1][True][name], value, rtol=0, atol=1e-6)

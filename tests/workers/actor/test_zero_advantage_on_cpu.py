@@ -176,33 +176,10 @@ def test_bypass_mode_runs_every_row():
     assert not skips_zero_advantage_rows(config, bypass_mode=True)
 
 
-def test_fsdp2_update_equals_every_row(tiny_model_dir):
-    """One gloo rank, FSDP2, a micro-batch with every row skipped: the same weights as running every row."""
+def _fsdp2_states(model_dir: str, data) -> dict:
+    """``{skip: full state dict}`` after one FSDP2 update (8 rows, micro-batches of 4) without and with skipping."""
     from hybridrl.workers.engine import apply_fsdp, get_full_state_dict, load_hf_model
 
-    data = _batch_with_zero_rows()
-    states = {}
-    with single_rank_group():
-        for skip in (False, True):
-            torch.manual_seed(0)
-            module, _ = load_hf_model(tiny_model_dir)
-            module = apply_fsdp(module, fsdp_config(), strategy="fsdp2")
-            optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3, weight_decay=0.0)
-            config = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, skip_zero_advantage_rows=skip)
-            DataParallelPPOActor(config, module, optimizer).update_policy(data)
-            states[skip] = get_full_state_dict(module)
-    for name, value in states[False].items():
-        torch.testing.assert_close(states[True][name], value, rtol=0, atol=1e-6)
-
-
-def _two_rank_update(rank: int, world_size: int, model_dir: str, both: bool) -> dict:
-    """Rank 0's second micro-batch is all zero-advantage rows; rank 1's rows all count (``both``: its second
-    micro-batch is zero too). The ranks run different row counts but the same micro-batches (the second runs on
-    both ranks, or with ``both`` on neither), so FSDP2's collectives stay paired."""
-    from hybridrl.workers.engine import apply_fsdp, get_full_state_dict, load_hf_model
-
-    zero_rows = (1, 2, 4, 5, 6, 7) if rank == 0 else ((0, 4, 5, 6, 7) if both else ())
-    data = _batch_with_zero_rows(seed=rank, zero_rows=zero_rows)
     states = {}
     for skip in (False, True):
         torch.manual_seed(0)
@@ -213,6 +190,22 @@ def _two_rank_update(rank: int, world_size: int, model_dir: str, both: bool) -> 
         DataParallelPPOActor(config, module, optimizer).update_policy(data)
         states[skip] = get_full_state_dict(module)
     return states
+
+
+def test_fsdp2_update_equals_every_row(tiny_model_dir):
+    """One gloo rank, FSDP2, a micro-batch with every row skipped: the same weights as running every row."""
+    with single_rank_group():
+        states = _fsdp2_states(tiny_model_dir, _batch_with_zero_rows())
+    for name, value in states[False].items():
+        torch.testing.assert_close(states[True][name], value, rtol=0, atol=1e-6)
+
+
+def _two_rank_update(rank: int, world_size: int, model_dir: str, both: bool) -> dict:
+    """Rank 0's second micro-batch is all zero-advantage rows; rank 1's rows all count (``both``: its second
+    micro-batch is zero too). The ranks run different row counts but the same micro-batches (the second runs on
+    both ranks, or with ``both`` on neither), so FSDP2's collectives stay paired."""
+    zero_rows = (1, 2, 4, 5, 6, 7) if rank == 0 else ((0, 4, 5, 6, 7) if both else ())
+    return _fsdp2_states(model_dir, _batch_with_zero_rows(seed=rank, zero_rows=zero_rows))
 
 
 @pytest.mark.slow

@@ -338,8 +338,8 @@ class DataParallelPPOActor(BasePPOActor):
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
         keys += [_IS_WEIGHTS_KEY] if _IS_WEIGHTS_KEY in data.batch.keys() else []
         pg_loss_fn = self._update_loss(data.meta_info)
-        correction = data.meta_info.get(ROLLOUT_CORRECTION_META_KEY)
-        skip_zero_adv = skips_zero_advantage_rows(config, bypass_mode=bool(correction and correction.bypass_mode))
+        # bypass mode's loss (not the one bound at construction) needs every row
+        skip_zero_adv = skips_zero_advantage_rows(config, bypass_mode=pg_loss_fn is not self._pg_loss)
         if "old_log_probs" not in data.batch.keys():
             if config.recompute_old_log_prob:
                 raise KeyError(

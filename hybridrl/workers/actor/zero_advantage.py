@@ -11,8 +11,8 @@ the end), and their forward and backward were pure cost.
 Per micro-batch (the split stays as verl's, so per-micro-batch means and the accumulation weights do not move):
 
     skipped = rows with ≥ 1 response token whose advantages are all exactly 0
-    kept    = the other rows (one skipped row is kept when nothing else is: every rank runs every
-              micro-batch's forward and backward, so FSDP's collectives stay in step across ranks)
+    kept    = the other rows (one skipped row is kept when nothing else is, so that a micro-batch which must
+              still run, see below, has a row; it adds a zero loss)
     loss    = loss(kept rows) × factor, with the factor turning the kept rows' aggregate into the whole
               micro-batch's:
 

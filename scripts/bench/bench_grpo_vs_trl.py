@@ -17,6 +17,9 @@ step callback. The first step of each is dropped (warm-up); medians over the res
 
 Like TRL with one update per generation, hybridrl skips the separate old-log-prob forward
 (``actor.recompute_old_log_prob=False``, the quickstart's setting); ``--recompute-old-log-prob`` turns it back on.
+hybridrl's update leaves out the rows of groups whose samples all scored alike (advantage 0: no loss, no gradient;
+``actor.skip_zero_advantage_rows``, on by default; the records give the share left out per step, which is high at
+the start of this task when most groups score 0); ``--no-skip-zero-advantage-rows`` runs every row as TRL does.
 As the quickstart, hybridrl's update runs each distinct prompt once for its ``n`` samples
 (``model.share_prompt_prefix=True``: the same log-probs and gradients); ``--no-share-prompt-prefix`` turns it off.
 
@@ -62,18 +65,25 @@ def minutes_to_target(val: dict[int, float], step_seconds: dict[int, float], tar
     return sum(seconds for step, seconds in step_seconds.items() if step <= hit) / 60.0
 
 
+def hybridrl_settings(args: argparse.Namespace, precision: str, overrides: dict[str, Any] | None = None) -> dict:
+    """The Hydra overrides hybridrl's side adds to the quickstart's: TRL's schedule and clipping, the precision pair,
+    the zero-advantage skip (``--no-skip-zero-advantage-rows``), then ``overrides``."""
+    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0,
+             "actor_rollout_ref.actor.skip_zero_advantage_rows": not args.no_skip_zero_advantage_rows}
+    if precision != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
+        extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = precision
+        if not args.fp32_rollout:  # TRL generates under the same bf16 autocast as its update
+            extra["actor_rollout_ref.rollout.dtype"] = "bfloat16"
+    return {**extra, **(overrides or {})}
+
+
 def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse.Namespace, out_dir: str,
                  precision: str, overrides: dict[str, Any] | None = None) -> dict:
     """hybridrl main_ppo on one worker; per-step times and (with --val-every) validation accuracy.
 
     ``overrides``: further Hydra overrides (e.g. ``actor_rollout_ref.rollout.ignore_eos: True``).
     """
-    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0,
-             **(overrides or {})}
-    if precision != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
-        extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = precision
-        if not args.fp32_rollout:  # TRL generates under the same bf16 autocast as its update
-            extra["actor_rollout_ref.rollout.dtype"] = "bfloat16"
+    extra = hybridrl_settings(args, precision, overrides)
     overrides = main_ppo_overrides(model_dir, data_dir, shape, args.steps, 1, out_dir, args.val_every, extra)
     run = run_main_ppo(overrides, out_dir, args.threads)
     if run.returncode != 0:
@@ -81,7 +91,11 @@ def run_hybridrl(model_dir: str, data_dir: str, shape: GRPOShape, args: argparse
     step_seconds = run.train_step_seconds()
     val = run.series("val-core/arithmetic/reward/mean@1")
     return {"wall_s": run.wall_s, "step_seconds": step_seconds, "val_acc": val, "stage_medians_s": run.stage_medians(),
-            "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None}
+            "minutes_to_target": minutes_to_target(val, step_seconds, args.target) if val else None,
+            # how much the zero-advantage skip left out (it depends on the share of groups whose samples all
+            # scored alike, high at the start of this task), and the reward that decides it
+            "zero_adv_skipped_frac": run.series("actor/zero_adv_skipped_frac"),
+            "score_mean": run.series("critic/score/mean")}
 
 
 def trl_command(model_dir: str, shape: GRPOShape, args: argparse.Namespace, jsonl: str,
@@ -218,6 +232,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads, both sides")
     parser.add_argument("--recompute-old-log-prob", action="store_true",
                         help="hybridrl: run the separate old-log-prob forward (verl's default)")
+    parser.add_argument("--no-skip-zero-advantage-rows", action="store_true",
+                        help="hybridrl runs every row in the update (actor.skip_zero_advantage_rows=False)")
     parser.add_argument("--no-share-prompt-prefix", action="store_true",
                         help="hybridrl: run every row's prompt in the update (model.share_prompt_prefix=False)")
     parser.add_argument("--precisions", default="fp32,bf16",

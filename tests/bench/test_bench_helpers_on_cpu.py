@@ -270,3 +270,15 @@ def test_rollout_variants_are_decode_options_that_turn_one_thing_off():
     for name in ("hf_multinomial", "hf_plain_head"):
         changed = {field for field, value in vars(DecodeOptions(**VARIANTS[name])).items() if value != vars(default)[field]}
         assert len(changed) == 1, name
+
+
+def test_grpo_vs_trl_hybridrl_settings_skip_zero_advantage_rows_unless_asked():
+    from bench_grpo_vs_trl import hybridrl_settings, parse_args
+
+    key = "actor_rollout_ref.actor.skip_zero_advantage_rows"
+    fp32 = hybridrl_settings(parse_args([]), "fp32")
+    assert fp32[key] is True and "actor_rollout_ref.rollout.dtype" not in fp32
+    every_row = hybridrl_settings(parse_args(["--no-skip-zero-advantage-rows"]), "bf16", {"x.y": 1})
+    assert every_row[key] is False and every_row["x.y"] == 1
+    assert every_row["actor_rollout_ref.rollout.dtype"] == "bfloat16"
+    assert every_row["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] == "bf16"

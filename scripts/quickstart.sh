@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
-bash scripts/setup_env.sh
+HYBRIDRL_INSTALLER="${HYBRIDRL_INSTALLER:-uv}" bash scripts/setup_env.sh  # uv: faster than pip (docs/performance.md)
 VENV="${HYBRIDRL_VENV:-.venv}"
 echo "[quickstart] environment ready in $(( $(date +%s) - START )) s"
 PYTHON="$VENV/bin/python" QUICKSTART_START="$START" bash examples/quickstart/run_quickstart.sh "$@"

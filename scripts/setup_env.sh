@@ -2,9 +2,11 @@
 # Create (or reuse) the local virtual environment .venv with hybridrl and its test tools.
 # torch is pinned to 2.13.0 in the same pip command: an unpinned torch pulls a multi-GB CUDA build
 # on a CPU machine. Re-running is cheap: the install is skipped while pyproject.toml is unchanged.
-# The install goes through uv (pip-installed into the venv first; 17-32 s from empty caches on a 2-core VM, where
-# pip alone took ~2 min); HYBRIDRL_INSTALLER=pip, or uv failing to install, uses pip. pip's find-links and index
-# settings (PIP_FIND_LINKS or pip config's global.find-links, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) are handed to uv.
+# HYBRIDRL_INSTALLER=uv (scripts/quickstart.sh sets it) installs through uv instead of pip: uv is pip-installed into
+# the venv, then installs the same set with bytecode compiled (as pip does: with PYTHONDONTWRITEBYTECODE=1 an
+# uncompiled venv recompiles torch & co. in every new process); pip's find-links and index settings
+# (PIP_FIND_LINKS or pip config's global.find-links, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) are handed to uv; uv not
+# installable falls back to pip. The default stays pip (the path the full CI run has passed on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${HYBRIDRL_VENV:-.venv}"
@@ -19,15 +21,16 @@ stamp="$VENV/.hybridrl-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $TORCH_PIN"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing hybridrl + test extras into $VENV (pinning $TORCH_PIN)"
-  if [ "${HYBRIDRL_INSTALLER:-uv}" = uv ] && "$VENV/bin/pip" install -q uv; then
+  if [ "${HYBRIDRL_INSTALLER:-pip}" = uv ] && "$VENV/bin/pip" install -q uv; then
     uv_args=()
     links="${PIP_FIND_LINKS:-$("$VENV/bin/pip" config get global.find-links 2>/dev/null || true)}"
     for link in $links; do uv_args+=(--find-links "$link"); done
     [ -n "${PIP_INDEX_URL:-}" ] && uv_args+=(--index-url "$PIP_INDEX_URL")
     for url in ${PIP_EXTRA_INDEX_URL:-}; do uv_args+=(--extra-index-url "$url"); done
-    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${uv_args[@]}" "$TORCH_PIN" -e ".[test,dev]"
+    "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${uv_args[@]}" \
+      "$TORCH_PIN" -e ".[test,dev]"
   else
-    [ "${HYBRIDRL_INSTALLER:-uv}" = uv ] && echo "[setup] uv could not be installed; installing with pip"
+    [ "${HYBRIDRL_INSTALLER:-pip}" = uv ] && echo "[setup] uv could not be installed; installing with pip"
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q "$TORCH_PIN" -e ".[test,dev]"
   fi

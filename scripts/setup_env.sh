@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 VENV="${HYBRIDRL_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PIN="${HYBRIDRL_TORCH_PIN:-torch==2.13.0}"
+INSTALLER="${HYBRIDRL_INSTALLER:-pip}"
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
@@ -21,7 +22,7 @@ stamp="$VENV/.hybridrl-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $TORCH_PIN"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing hybridrl + test extras into $VENV (pinning $TORCH_PIN)"
-  if [ "${HYBRIDRL_INSTALLER:-pip}" = uv ] && "$VENV/bin/pip" install -q uv; then
+  if [ "$INSTALLER" = uv ] && "$VENV/bin/pip" install -q uv; then
     uv_args=()
     links="${PIP_FIND_LINKS:-$("$VENV/bin/pip" config get global.find-links 2>/dev/null || true)}"
     for link in $links; do uv_args+=(--find-links "$link"); done
@@ -30,7 +31,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${uv_args[@]}" \
       "$TORCH_PIN" -e ".[test,dev]"
   else
-    [ "${HYBRIDRL_INSTALLER:-pip}" = uv ] && echo "[setup] uv could not be installed; installing with pip"
+    [ "$INSTALLER" = uv ] && echo "[setup] uv could not be installed; installing with pip"
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q "$TORCH_PIN" -e ".[test,dev]"
   fi

@@ -68,8 +68,9 @@ def minutes_to_target(val: dict[int, float], step_seconds: dict[int, float], tar
 def hybridrl_settings(args: argparse.Namespace, precision: str, overrides: dict[str, Any] | None = None) -> dict:
     """The Hydra overrides hybridrl's side adds to the quickstart's: TRL's schedule and clipping, the precision pair,
     the zero-advantage skip (``--no-skip-zero-advantage-rows``), then ``overrides``."""
-    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0,
-             "actor_rollout_ref.actor.skip_zero_advantage_rows": not args.no_skip_zero_advantage_rows}
+    extra = {"actor_rollout_ref.actor.optim.warmup_style": "constant", "actor_rollout_ref.actor.grad_clip": 1.0}
+    if args.no_skip_zero_advantage_rows:  # the config's default skips them
+        extra["actor_rollout_ref.actor.skip_zero_advantage_rows"] = False
     if precision != "fp32":  # FSDP mixed precision: bf16 matmuls, fp32 master weights and log-softmax
         extra["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] = precision
         if not args.fp32_rollout:  # TRL generates under the same bf16 autocast as its update

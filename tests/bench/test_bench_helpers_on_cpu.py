@@ -277,7 +277,7 @@ def test_grpo_vs_trl_hybridrl_settings_skip_zero_advantage_rows_unless_asked():
 
     key = "actor_rollout_ref.actor.skip_zero_advantage_rows"
     fp32 = hybridrl_settings(parse_args([]), "fp32")
-    assert fp32[key] is True and "actor_rollout_ref.rollout.dtype" not in fp32
+    assert key not in fp32 and "actor_rollout_ref.rollout.dtype" not in fp32  # the config's default (skip) applies
     every_row = hybridrl_settings(parse_args(["--no-skip-zero-advantage-rows"]), "bf16", {"x.y": 1})
     assert every_row[key] is False and every_row["x.y"] == 1
     assert every_row["actor_rollout_ref.rollout.dtype"] == "bfloat16"

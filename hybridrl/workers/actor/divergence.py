@@ -146,16 +146,16 @@ def global_weight_norm(module: nn.Module) -> float:
     """L2 norm of all parameters of ``module`` over every rank (sum of the local shards' squares, all-reduced).
 
     Under FSDP each element lives on one rank; a replicated module counts once per rank, which scales the norm
-    by sqrt(world) on both sides of a before/after comparison.
+    by sqrt(world) on both sides of a before/after comparison. Each tensor's norm is one multi-threaded
+    reduction (``vector_norm`` in float32, no squared copy): 30 ms for SmolLM2 on 2 cores against 80-150 ms for
+    ``pow(2).sum()``; the two agree to ~2e-4 relative, far inside the x``MAX_WEIGHT_NORM_GROWTH`` test.
     """
-    squares: torch.Tensor | None = None
     with torch.no_grad():
-        for param in module.parameters():
-            local = param.to_local() if hasattr(param, "to_local") else param
-            term = local.detach().float().pow(2).sum()
-            squares = term if squares is None else squares + term
-    if squares is None:
+        norms = [torch.linalg.vector_norm(local.detach(), dtype=torch.float32)
+                 for local in (p.to_local() if hasattr(p, "to_local") else p for p in module.parameters())]
+    if not norms:
         return 0.0
+    squares = torch.stack(norms).square().sum()
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(squares)
     return float(squares.sqrt())

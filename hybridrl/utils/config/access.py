@@ -85,9 +85,9 @@ def need_critic(config: DictConfig) -> bool:
     estimator = get(config, "algorithm.adv_estimator")
     if getattr(estimator, "value", estimator) == "gae":
         return True
-    warnings.warn(
+    warnings.warn(  # attributed to this line, so Python's default filter shows it once per process
         "Disabled critic as algorithm.adv_estimator != gae. If it is not intended, please set critic.enable=True",
-        stacklevel=2,
+        stacklevel=1,
     )
     return False
 

@@ -33,6 +33,20 @@ def test_need_critic_follows_critic_enable_then_estimator():
     assert need_critic(_cfg(**{"critic.enable": False})) is False
 
 
+def test_the_disabled_critic_warning_shows_once_per_process_under_the_default_filter():
+    import warnings
+
+    from hybridrl.utils.config import access
+
+    grpo = _cfg(**{"algorithm.adv_estimator": "grpo"})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # Python's own: once per warning location
+        access.__dict__.pop("__warningregistry__", None)
+        need_critic(grpo)
+        need_critic(grpo)  # another caller line, as the driver, task runner and trainer each call it
+    assert [str(w.message).split(".")[0] for w in seen] == ["Disabled critic as algorithm"]
+
+
 def test_need_reference_policy_and_reward_model():
     assert need_reference_policy(_cfg()) is False
     assert need_reference_policy(_cfg(**{"algorithm.use_kl_in_reward": True})) is True

@@ -282,3 +282,21 @@ def test_grpo_vs_trl_hybridrl_settings_skip_zero_advantage_rows_unless_asked():
     assert every_row[key] is False and every_row["x.y"] == 1
     assert every_row["actor_rollout_ref.rollout.dtype"] == "bfloat16"
     assert every_row["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"] == "bf16"
+
+
+def test_decode_matmuls_shapes_totals_and_a_small_run():
+    import bench_decode_matmuls as dm
+
+    shapes = dm.layer_projections(hidden=576, intermediate=1536, heads=9, kv_heads=3)  # SmolLM2-135M
+    assert shapes["k_proj"] == (192, 576) and shapes["qkv_fused"] == (960, 576)
+    assert shapes["gate_up_fused"] == (3072, 576) and shapes["down_proj"] == (576, 1536)
+    result = dm.main(["--hidden", "32", "--intermediate", "64", "--heads", "4", "--kv-heads", "2",
+                      "--rows", "2,4", "--repeats", "2", "--threads", "1"])
+    assert len(result["records"]) == 2 * len(shapes)
+    assert all(r["linear_s"] > 0 and r["packed_s"] > 0 for r in result["records"])
+    totals = {t["rows"]: t for t in result["layer_totals"]}
+    at2 = {r["name"]: r for r in result["records"] if r["rows"] == 2}
+    separate = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert totals[2]["linear_s"] == pytest.approx(sum(at2[n]["linear_s"] for n in separate))
+    assert totals[2]["fused_linear_s"] == pytest.approx(
+        sum(at2[n]["linear_s"] for n in ("qkv_fused", "o_proj", "gate_up_fused", "down_proj")))

@@ -8,7 +8,7 @@ forms (q, k and v as one product; gate and up as one). Rates near the machine's 
 
     python scripts/bench/bench_decode_matmuls.py --hidden 576 --intermediate 1536 --heads 9 --kv-heads 3 \
         --rows 16,32,64 --out decode_matmuls.json          # SmolLM2-135M's shapes
-    python scripts/bench/bench_decode_matmuls.py --hidden 768 --intermediate 3072 --heads 12 --kv-heads 12  # 100M
+    python scripts/bench/bench_decode_matmuls.py --hidden 768 --intermediate 2048 --heads 24 --kv-heads 2   # bench_rollout 100m
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ N="${N:-4}"                               # samples per prompt (the GRPO group);
 LR="${LR:-2e-5}"                          # peak learning rate
 LR_SCHEDULE="${LR_SCHEDULE:-cosine}"      # cosine: from LR down to MIN_LR_RATIO x LR at the last step; constant: LR throughout
 MIN_LR_RATIO="${MIN_LR_RATIO:-0.1}"
-RESPONSE_LENGTH="${RESPONSE_LENGTH:-16}"
+RESPONSE_LENGTH="${RESPONSE_LENGTH:-12}"          # "ab + cd = efg" is 11 SmolLM2 tokens; the scorer takes the last integer
 INDEPENDENT="${INDEPENDENT:-0}"             # >0: afterwards, score the trained model on this many unseen problems (evaluate.py)
 TEST_FREQ="${TEST_FREQ:-10}"                # greedy validation of the 128 problems: ~17 s each
 DTYPE="${ROLLOUT_DTYPE:-auto}"             # rollout weights; auto: bfloat16 where the CPU has bf16 matmul units
@@ -53,7 +53,7 @@ DATA="$CACHE/data/arithmetic_2digit_add"
 METRICS="$OUT/$EXPERIMENT.jsonl"
 rm -f "$METRICS"
 export VERL_FILE_LOGGER_PATH="$METRICS" TENSORBOARD_DIR="$OUT/tensorboard/$EXPERIMENT"
-MICRO="${MICRO:-32}"                      # samples per forward/backward micro-batch (memory: ~1 GB per 16)
+MICRO="${MICRO:-64}"                      # samples per forward/backward micro-batch (memory: ~1 GB per 16 rows run)
 echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR ($LR_SCHEDULE, min ratio $MIN_LR_RATIO) seed=$SEED train_dtype=$TRAIN_DTYPE rollout_dtype=$DTYPE"
 
 "$PYTHON" -m hybridrl.trainer.main_ppo \

@@ -5,9 +5,9 @@
 # HYBRIDRL_INSTALLER=uv (scripts/quickstart.sh sets it) installs through uv instead of pip: uv is pip-installed into
 # the venv, then installs the same set, compiling bytecode up front only when PYTHONDONTWRITEBYTECODE is set
 # (then Python never writes it, and an uncompiled venv recompiles torch & co. in every new process; otherwise
-# the first import of each module writes its .pyc, which is cheaper than compiling everything); pip's find-links and index settings
-# (PIP_FIND_LINKS or pip config's global.find-links, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) are handed to uv; uv not
-# installable falls back to pip. The default stays pip (the path the full CI run has passed on).
+# the first import of each module writes its .pyc, which is cheaper than compiling everything); pip's find-links
+# and index settings (PIP_FIND_LINKS or pip config's global.find-links, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) are
+# handed to uv; uv not installable falls back to pip. The default stays pip (the path the full CI run has passed on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${HYBRIDRL_VENV:-.venv}"

@@ -22,9 +22,9 @@ SEED="${SEED:-1}"
 WORKERS="${WORKERS:-1}"                   # data-parallel workers (trainer.n_gpus_per_node)
 CORES="${CORES:-$(nproc)}"
 THREADS="${THREADS:-$(( CORES / WORKERS > 0 ? CORES / WORKERS : 1 ))}"  # torch threads per worker
-STEPS="${STEPS:-70}"                      # cosine schedule over all steps
-BATCH="${BATCH:-16}"                      # prompts per step
-N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 64 completions per step
+STEPS="${STEPS:-48}"                      # cosine schedule over all steps
+BATCH="${BATCH:-24}"                      # prompts per step
+N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 96 completions per step
 LR="${LR:-2e-5}"                          # peak learning rate
 LR_SCHEDULE="${LR_SCHEDULE:-cosine}"      # cosine: from LR down to MIN_LR_RATIO x LR at the last step; constant: LR throughout
 MIN_LR_RATIO="${MIN_LR_RATIO:-0.1}"
@@ -53,7 +53,7 @@ DATA="$CACHE/data/arithmetic_2digit_add"
 METRICS="$OUT/$EXPERIMENT.jsonl"
 rm -f "$METRICS"
 export VERL_FILE_LOGGER_PATH="$METRICS" TENSORBOARD_DIR="$OUT/tensorboard/$EXPERIMENT"
-MICRO="${MICRO:-64}"                      # samples per forward/backward micro-batch (memory: ~1 GB per 16 rows run)
+MICRO="${MICRO:-96}"                      # samples per forward/backward micro-batch (memory: ~1 GB per 16 rows run)
 echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS steps=$STEPS batch=$BATCH n=$N lr=$LR ($LR_SCHEDULE, min ratio $MIN_LR_RATIO) seed=$SEED train_dtype=$TRAIN_DTYPE rollout_dtype=$DTYPE"
 
 "$PYTHON" -m hybridrl.trainer.main_ppo \

@@ -22,7 +22,6 @@ SEED="${SEED:-1}"
 WORKERS="${WORKERS:-1}"                   # data-parallel workers (trainer.n_gpus_per_node)
 CORES="${CORES:-$(nproc)}"
 THREADS="${THREADS:-$(( CORES / WORKERS > 0 ? CORES / WORKERS : 1 ))}"  # torch threads per worker
-STEPS="${STEPS:-48}"                      # cosine schedule over all steps
 BATCH="${BATCH:-24}"                      # prompts per step
 N="${N:-4}"                               # samples per prompt (the GRPO group); BATCH x N = 96 completions per step
 LR="${LR:-2e-5}"                          # peak learning rate
@@ -37,6 +36,13 @@ if [ "$TRAIN_DTYPE" = auto ] || [ "$DTYPE" = auto ]; then  # bf16 only with bf16
   NATIVE_BF16="$("$PYTHON" -c 'from hybridrl.utils.cpu_features import has_native_bf16; print(has_native_bf16() is not False)')"
   [ "$TRAIN_DTYPE" = auto ] && { [ "$NATIVE_BF16" = True ] && TRAIN_DTYPE=bf16 || TRAIN_DTYPE=fp32; }
   [ "$DTYPE" = auto ] && { [ "$NATIVE_BF16" = True ] && DTYPE=bfloat16 || DTYPE=float32; }
+fi
+# Steps of the cosine schedule: ~8 training minutes on a 2-core CPU either way. bf16 steps take ~6.5 s (72 steps),
+# fp32 steps ~10 s (48); 72 steps lift the bf16 runs from 80.3-85.6% to 84.6-87.2% on unseen problems (README.md).
+STEPS="${STEPS:-$([ "$TRAIN_DTYPE" = bf16 ] && echo 72 || echo 48)}"
+if [ "${DRY_RUN:-0}" = 1 ]; then  # print the resolved knobs and stop (no model, no data, no training)
+  echo "[quickstart] steps=$STEPS batch=$BATCH n=$N lr=$LR ($LR_SCHEDULE, min ratio $MIN_LR_RATIO) seed=$SEED train_dtype=$TRAIN_DTYPE rollout_dtype=$DTYPE"
+  exit 0
 fi
 RECOMPUTE_OLD_LOG_PROB="${RECOMPUTE_OLD_LOG_PROB:-False}"  # one on-policy update per step: no old-log-prob pass
 SHARE_PROMPT_PREFIX="${SHARE_PROMPT_PREFIX:-True}"  # the update runs each prompt once for its N samples (same numbers)

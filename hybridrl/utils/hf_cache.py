@@ -2,6 +2,13 @@
 
 transformers 5.25 renamed ``past_key_values`` to ``cache`` (input and output; the old name warns and goes in
 5.40); the vLLM (5.19) and Megatron (4.57) environments keep the old name.
+
+:func:`select_cache_rows` picks a cache's batch rows with ``index_select`` where transformers' own
+``batch_select_indices`` indexes (``keys[indices, ...]``): both give the same rows, but in backward advanced
+indexing accumulates through ``index_put_(accumulate=True)``, which on CPU in float32 adds concurrently from
+several threads (the sum of rows that share a source row comes out in a different order each call, so two
+runs of one seed part) and takes ~17 ms per layer tensor at the quickstart's shapes; ``index_select``'s backward
+(``index_add_``) is deterministic and ~0.2–0.9 ms.
 """
 
 from __future__ import annotations
@@ -10,9 +17,10 @@ import functools
 import inspect
 from typing import Any
 
+import torch
 from torch import nn
 
-__all__ = ["cache_kwarg", "output_cache"]
+__all__ = ["cache_kwarg", "output_cache", "select_cache_rows"]
 
 
 def cache_kwarg(module: nn.Module, cache: Any) -> dict[str, Any]:
@@ -28,3 +36,30 @@ def output_cache(output: Any) -> Any:
 @functools.cache
 def _cache_argument_of(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def select_cache_rows(cache: Any, indices: torch.Tensor) -> None:
+    """Keep (and repeat) the cache's batch rows ``indices [B']``, in place, differentiably and deterministically.
+
+    Each layer's ``keys``/``values [B, kvh, T, d]`` become ``[B', kvh, T, d]``; gradients of row ``j`` flow back
+    to row ``indices[j]`` (summed over repeats in a fixed order). Layers other than transformers' dynamic ones
+    (and caches without ``layers``) go through their own ``batch_select_indices``.
+    """
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        cache.batch_select_indices(indices)
+        return
+    for layer in layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not (_is_dynamic_layer(layer) and isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor)):
+            layer.batch_select_indices(indices)
+        elif keys.dim() == 4:  # an initialised layer (an empty one holds 1-d placeholders)
+            layer.keys, layer.values = keys.index_select(0, indices), values.index_select(0, indices)
+
+
+def _is_dynamic_layer(layer: Any) -> bool:
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:  # transformers before the per-layer caches
+        return False
+    return isinstance(layer, DynamicLayer)

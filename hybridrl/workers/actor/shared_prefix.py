@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridrl.utils.hf_cache import cache_kwarg, output_cache
+from hybridrl.utils.hf_cache import cache_kwarg, output_cache, select_cache_rows
 from hybridrl.utils.padding import common_prefix_length, prefix_first_mask, prompt_groups
 
 __all__ = ["forward_response_shared_prefix"]
@@ -91,16 +91,17 @@ def forward_response_shared_prefix(
         anchor, cache = _prompt_pass(module, prompt_ids[:1, start : start + prefix],
                                      prompt_mask[:1, start : start + prefix],
                                      position_ids[first_rows[:1], lead + start : lead + start + prefix])
-        cache.batch_select_indices(torch.zeros(len(first_rows), dtype=torch.long, device=input_ids.device))
+        select_cache_rows(cache, torch.zeros(len(first_rows), dtype=torch.long, device=input_ids.device))
         prompt_mask = prefix_first_mask(prompt_mask, prefix)  # [G, P']: ones on the cached prefix, then each tail
     first_logits, cache = _prompt_pass(
         module, prompt_ids[:, prefix:], prompt_mask, position_ids[first_rows, lead + prefix : prompt_end], cache
     )
-    per_token = [list(token_fn(first_logits[group_of_row], responses[:, :1]))]  # each [B, 1]
+    # index_select, not first_logits[group_of_row]: its backward is deterministic on CPU (hf_cache.select_cache_rows)
+    per_token = [list(token_fn(first_logits.index_select(0, group_of_row), responses[:, :1]))]  # each [B, 1]
     if anchor is not None and torch.is_grad_enabled():
         per_token[0][0] = per_token[0][0] + 0.0 * anchor.float().sum().clamp(-1.0, 1.0)  # 0, also for inf logits
     if kept > 1:
-        cache.batch_select_indices(group_of_row)  # [G, ...] -> [B, ...]; backward sums over each prompt's rows
+        select_cache_rows(cache, group_of_row)  # [G, ...] -> [B, ...]; backward sums over each prompt's rows
         scored = slice(prompt_end, prompt_end + kept - 1)  # response tokens 0..R'-2 score tokens 1..R'-1
         output = module(
             input_ids=input_ids[:, scored],

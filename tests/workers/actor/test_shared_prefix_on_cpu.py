@@ -297,3 +297,31 @@ def test_two_rank_fsdp2_update_equals_the_padded_actor(tiny_model_dir):
     for name, value in results[0][False].items():
         torch.testing.assert_close(results[0][True][name], value, rtol=0, atol=1e-6)
         torch.testing.assert_close(results[1][True][name], value, rtol=0, atol=1e-6)
+
+
+def _autograd_node_names(root: torch.Tensor) -> set[str]:
+    """The class names of every node in ``root``'s backward graph."""
+    names, seen, stack = set(), set(), [root.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(parent for parent, _ in node.next_functions)
+    return names
+
+
+def test_rows_repeat_through_index_select_not_advanced_indexing(tiny_model_dir, any_prefix):
+    """Rows that share a prompt (and prompts that share the prefix) take its logits and cache rows through
+    ``index_select``: advanced indexing's backward (``IndexBackward0``, an accumulating ``index_put_``) adds the
+    copies' gradients concurrently on CPU in float32, so two fp32 runs of one seed parted (hf_cache.py)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model.train()
+    batch = grouped_batch(common=3).batch
+    outputs = forward_response_shared_prefix(model, batch, token_fn, lead=0, kept=5)
+    nodes = _autograd_node_names(outputs[0].sum())
+    assert "IndexSelectBackward0" in nodes
+    assert "IndexBackward0" not in nodes

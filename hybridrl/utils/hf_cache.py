@@ -42,25 +42,27 @@ def _cache_argument_of(model_class: type) -> str:
 def select_cache_rows(cache: Any, indices: torch.Tensor) -> None:
     """Keep (and repeat) the cache's batch rows ``indices [B']``, in place, differentiably and deterministically.
 
-    Each layer's ``keys``/``values [B, kvh, T, d]`` become ``[B', kvh, T, d]``; gradients of row ``j`` flow back
-    to row ``indices[j]`` (summed over repeats in a fixed order). Layers other than transformers' dynamic ones
-    (and caches without ``layers``) go through their own ``batch_select_indices``.
+    Each filled dynamic layer's ``keys``/``values [B, kvh, T, d]`` become ``[B', kvh, T, d]``; gradients of row ``j``
+    flow back to row ``indices[j]`` (summed over repeats in index order). Other layers (empty, or not transformers'
+    dynamic ones) and caches without ``layers`` go through their own ``batch_select_indices``.
     """
     layers = getattr(cache, "layers", None)
     if layers is None:
         cache.batch_select_indices(indices)
         return
+    dynamic_layer = _dynamic_layer_class()
     for layer in layers:
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not (_is_dynamic_layer(layer) and isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor)):
+        if isinstance(layer, dynamic_layer) and layer.get_seq_length() > 0:  # transformers' own condition
+            layer.keys, layer.values = layer.keys.index_select(0, indices), layer.values.index_select(0, indices)
+        else:
             layer.batch_select_indices(indices)
-        elif keys.dim() == 4:  # an initialised layer (an empty one holds 1-d placeholders)
-            layer.keys, layer.values = keys.index_select(0, indices), values.index_select(0, indices)
 
 
-def _is_dynamic_layer(layer: Any) -> bool:
+@functools.cache
+def _dynamic_layer_class() -> tuple[type, ...]:
+    """transformers' ``DynamicLayer`` for ``isinstance``; ``()`` (matches nothing) before the per-layer caches."""
     try:
         from transformers.cache_utils import DynamicLayer
-    except ImportError:  # transformers before the per-layer caches
-        return False
-    return isinstance(layer, DynamicLayer)
+    except ImportError:
+        return ()
+    return (DynamicLayer,)

@@ -66,11 +66,12 @@ def test_backward_is_the_sequential_sum_every_call(rows, indices):
         torch.set_num_threads(threads)
 
 
-def test_an_empty_layer_stays_empty_and_other_caches_use_their_own_select():
+def test_a_layer_without_positions_is_left_as_transformers_leaves_it_and_other_caches_use_their_own_select():
     cache, _ = cache_of(2, layers=1)
     cache.update(torch.zeros(2, KV_HEADS, 0, HEAD_DIM), torch.zeros(2, KV_HEADS, 0, HEAD_DIM), 1)
     select_cache_rows(cache, torch.tensor([1, 1, 0]))
     assert cache.layers[0].keys.shape[0] == 3
+    assert tuple(cache.layers[1].keys.shape) == (2, KV_HEADS, 0, HEAD_DIM)  # batch_select_indices skips it too
 
     class LegacyCache:  # a cache without per-layer objects: its own batch_select_indices does the work
         def __init__(self):

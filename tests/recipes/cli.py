@@ -1,4 +1,5 @@
-"""Run a recipe's CPU script (recipes/<name>/run_*_cpu.sh) the way a user does, on the test's model and data."""
+"""Run a recipe's CPU script (hybridrl/recipes/<name>/run_*_cpu.sh) the way a user does, on the test's model
+and data."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "hybridrl" / "recipes"
 
 
 def run_recipe_script(script: str, model_dir: str, data_dir: str, tmp_path: Path, *overrides: str,
                       timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
-    """``bash recipes/<script> <overrides>``; returns the process and its JSONL metrics file."""
+    """``bash hybridrl/recipes/<script> <overrides>``; returns the process and its JSONL metrics file."""
     metrics_file = tmp_path / "metrics.jsonl"
     env = {**os.environ, "MODEL_PATH": model_dir, "DATA_DIR": data_dir, "WORK_DIR": str(tmp_path / "work"),
            "VERL_FILE_LOGGER_PATH": str(metrics_file), "HF_HUB_OFFLINE": "1",

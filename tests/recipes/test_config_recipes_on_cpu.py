@@ -24,14 +24,14 @@ from hybridrl.trainer.ppo.batch_advantage import compute_advantage
 from hybridrl.trainer.ppo.core_algos import get_policy_loss_fn
 from hybridrl.utils.config import validate_config
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "hybridrl" / "recipes"
 LENGTHS = [3, 2, 3, 1, 3, 3, 2, 3]
 SCORES = [1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 0.0, 0.0]
 CENTRED = torch.tensor([0.5, -0.5, -0.5, 0.5, 1.0, 1.0, -1.0, -1.0])
 
 
 def cpu_overrides(model_dir: str, data_dir: str) -> list[str]:
-    """recipes/common_cpu.sh's CPU_ARGS with the test's model and data."""
+    """hybridrl/recipes/common_cpu.sh's CPU_ARGS with the test's model and data."""
     return [
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/test.parquet",
         "data.train_batch_size=8", "data.max_prompt_length=64", "data.max_response_length=8",

@@ -65,7 +65,7 @@ def spin_data_dir(tmp_path_factory) -> str:
     subprocess.run(
         [
             sys.executable,
-            str(REPO / "recipes/spin/add_sft_response.py"),
+            str(REPO / "hybridrl/recipes/spin/add_sft_response.py"),
             "--input",
             str(plain),
             "--output",

@@ -1,8 +1,8 @@
 """Each RL recipe's CPU script, run as a user runs it, learns the digit task and shows its algorithm in the metrics.
 
-Runs ``recipes/<name>/run_*_cpu.sh`` (real Ray, 2 FSDP2 CPU workers, hf rollout) on the shared tiny model and
+Runs ``hybridrl/recipes/<name>/run_*_cpu.sh`` (real Ray, 2 FSDP2 CPU workers, hf rollout) on the shared tiny model and
 ``recipe_data_dir`` for 15 seeded steps (``data.seed`` orders the prompts, ``rollout.seed`` + rank + step seeds the
-sampling; PF-PPO's value head and resampling are seeded too): two runs give identical metrics. The reward is recipes/digit_reward.py: the share of digit characters
+sampling; PF-PPO's value head and resampling are seeded too): two runs give identical metrics. The reward is hybridrl/recipes/digit_reward.py: the share of digit characters
 in the response, in [0, 1]. Per step: 8 prompts × n=4 responses of at most 8 tokens, 2 PPO mini-batches, 2 ranks.
 
 Learning, for every recipe (margins measured, see the recipes' READMEs, "Measured on CPU"):

@@ -1,7 +1,7 @@
 """Rollout correction against a deliberately off-policy rollout, in real GRPO runs on the tiny model (digit task).
 
-``main_ppo`` runs (real Ray, 2 FSDP2 CPU workers, recipes/digit_reward.py, 8 prompts × n=4 per step) whose rollout
-engine is the real hf engine with one perturbation (``rollout_correction_learning_engine.py``, registered in the
+``main_ppo`` runs (real Ray, 2 FSDP2 CPU workers, hybridrl/recipes/digit_reward.py, 8 prompts × n=4 per step) whose
+rollout engine is the real hf engine with one perturbation (``rollout_correction_learning_engine.py``, registered in the
 workers through ``actor_rollout_ref.model.external_lib``):
 
 - ``hf_stale_weights``: samples training batches with the weights of 2 syncs ago (2-version staleness);
@@ -44,7 +44,7 @@ def _run(name: str, model_dir: str, data_dir: str, tmp_path: Path, steps: int, *
     args = {
         **cpu_run_args(model_dir, data_dir, str(tmp_path / name / "ckpt")),
         "algorithm.adv_estimator": "grpo",
-        "custom_reward_function.path": str(REPO_ROOT / "recipes" / "digit_reward.py"),
+        "custom_reward_function.path": str(REPO_ROOT / "hybridrl" / "recipes" / "digit_reward.py"),
         "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
         "actor_rollout_ref.model.external_lib": "tests.trainer.rollout_correction_learning_engine",
         "actor_rollout_ref.rollout.calculate_log_probs": True,
@@ -65,7 +65,7 @@ def _run(name: str, model_dir: str, data_dir: str, tmp_path: Path, steps: int, *
 
 @pytest.fixture(scope="module")
 def digit_task_data_dir(tmp_path_factory):
-    """84 train / 16 test one-digit additions (recipes/common_cpu.sh's set: 10 batches of 8 per epoch)."""
+    """84 train / 16 test one-digit additions (hybridrl/recipes/common_cpu.sh's set: 10 batches of 8 per epoch)."""
     import subprocess
     import sys
 

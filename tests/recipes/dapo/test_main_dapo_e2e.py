@@ -1,6 +1,6 @@
-"""recipes/dapo/run_dapo_cpu.sh end to end (real Ray, 2 FSDP2 CPU workers): dynamic sampling, and it learns.
+"""hybridrl/recipes/dapo/run_dapo_cpu.sh end to end (real Ray, 2 FSDP2 CPU workers): dynamic sampling, and it learns.
 
-The reward (recipes/digit_reward.py) pays the share of digits in the answer minus DAPO's overlong penalty
+The reward (hybridrl/recipes/digit_reward.py) pays the share of digits in the answer minus DAPO's overlong penalty
 (-0.5 for a response that fills its 8 tokens). The random tiny model starts at -0.5 on the held-out prompts
 (greedy answers without a digit) and must end clearly higher after 15 seeded steps.
 """

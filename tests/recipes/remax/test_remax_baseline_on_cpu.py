@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_remax_baseline_is_the_greedy_responses_reward(tiny_model_dir, recipe_data_dir, tmp_path):
     args = {**common_overrides(tiny_model_dir, recipe_data_dir, tmp_path), "trainer.balance_batch": False,
             "custom_reward_function.path": str(ROOT / "tests/recipes/assets/length_reward.py")}
-    config = compose_recipe_config(ROOT / "recipes/remax/config", "remax_trainer", [f"{k}={v}" for k, v in args.items()])
+    config = compose_recipe_config(ROOT / "hybridrl/recipes/remax/config", "remax_trainer",
+                                   [f"{k}={v}" for k, v in args.items()])
     trainer = make_trainer(RayPPOTrainer, config, use_ref=True)  # the recipe puts the KL in the reward
     rollout = Rollout(trainer.workers, trainer.settings, trainer.reward_fn, global_steps=1)
     batch, metrics = trainer.batch_collector.collect(

@@ -1,4 +1,4 @@
-"""recipes/remax/run_remax_cpu.sh end to end: the greedy baseline generation runs on the real workers."""
+"""hybridrl/recipes/remax/run_remax_cpu.sh end to end: the greedy baseline generation runs on the real workers."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """ReMax learns from an SFT-warmed tiny model (examples/tiny_pipeline, seed 1, ``--adv_estimator remax``).
 
 On the random tiny model with the digit-share reward ReMax's greedy baseline flips between all-digit answers
-(reward ≈ 1) and digit-free ones (0), so the sampled reward does not move (recipes/remax/README.md). After the
-pipeline's SFT warm start the greedy answer is right on some prompts and wrong on others, the baseline differs
+(reward ≈ 1) and digit-free ones (0), so the sampled reward does not move (hybridrl/recipes/remax/README.md).
+After the pipeline's SFT warm start the greedy answer is right on some prompts and wrong on others, the baseline differs
 per prompt, and the sampled accuracy rises. Measured (seed 1, 25 steps, lr 6e-4): 0.230 → 0.414 held-out sampled
 accuracy, training score 0.263 → 0.430 (steps 1–3 → 23–25); GRPO on the same path: 0.230 → 0.438.
 """

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# REINFORCE++ (verl examples/reinforce_plus_plus_trainer settings): batch-whitened returns, k2 KL loss.
+# Qwen2.5-3B-Instruct on GSM8K, 1 node x 8 GPUs, vLLM rollout (hybridrl/recipes/common_gpu.sh); extra key=value arguments win.
+set -xeuo pipefail
+source "$(dirname "$0")/../common_gpu.sh"
+CONFIG_DIR=$(cd "$(dirname "$0")/config" && pwd)
+
+python3 -m hybridrl.trainer.main_ppo --config-path="$CONFIG_DIR" --config-name=reinforce_pp_trainer \
+  "${GPU_ARGS[@]}" \
+  actor_rollout_ref.rollout.n=8 \
+  trainer.experiment_name=qwen2.5_3b_gsm8k_reinforce_pp \
+  "$@"

@@ -3,7 +3,7 @@
 Modules, by concept (imports point down this list, never up):
 
     keys            the canonical batch keys of a PPO step: shape and the stage that adds each one
-    validation      checks on a DataProto's parts and method arguments (AssertionError, verl's wording)
+    checks          checks on a DataProto's parts and method arguments (AssertionError, verl's wording)
     rows            row arithmetic on tensors/arrays: index normalization, chunk sizes, tiling
     merge           union_tensor_dict / union_numpy_dict / union_two_dict, meta_info merging on concat
     auto_padding    DataProtoConfig: the switch that lets chunk/dispatch split unevenly
@@ -19,6 +19,11 @@ Everything verl's ``verl/protocol.py`` defines is importable from here, under th
 from __future__ import annotations
 
 from hybridrl.protocol.auto_padding import DataProtoConfig
+from hybridrl.protocol.checks import as_key_list as as_key_list
+from hybridrl.protocol.checks import check_rows as check_rows
+from hybridrl.protocol.checks import common_batch_size as common_batch_size
+from hybridrl.protocol.checks import require as require
+from hybridrl.protocol.checks import require_batch as require_batch
 from hybridrl.protocol.data_proto import DataProto, DataProtoItem, collate_fn
 from hybridrl.protocol.data_proto import Index as Index
 from hybridrl.protocol.folding import fold_batch_dim, unfold_batch_dim
@@ -34,11 +39,6 @@ from hybridrl.protocol.rows import tensor_items as tensor_items
 from hybridrl.protocol.rows import tile_rows as tile_rows
 from hybridrl.protocol.rows import unfold_or_repeat_rows as unfold_or_repeat_rows
 from hybridrl.protocol.serialization import deserialize_tensordict, serialize_tensordict
-from hybridrl.protocol.validation import as_key_list as as_key_list
-from hybridrl.protocol.validation import check_rows as check_rows
-from hybridrl.protocol.validation import common_batch_size as common_batch_size
-from hybridrl.protocol.validation import require as require
-from hybridrl.protocol.validation import require_batch as require_batch
 
 # The ``X as X`` imports above are helpers importable from here since before the package split (not
 # verl API; new code imports them from their modules), and verl's module-level ``_padding_size_key``.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from hybridrl.protocol.validation import require
+from hybridrl.protocol.checks import require
 
 __all__ = ["DataProtoConfig"]
 

@@ -27,6 +27,14 @@ from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
 from hybridrl.protocol.auto_padding import DataProtoConfig
+from hybridrl.protocol.checks import (
+    as_key_list,
+    check_rows,
+    common_batch_size,
+    require,
+    require_batch,
+    require_batch_keys,
+)
 from hybridrl.protocol.merge import (
     list_of_dict_to_dict_of_list,
     merge_meta_info,
@@ -36,14 +44,6 @@ from hybridrl.protocol.merge import (
 )
 from hybridrl.protocol.rows import chunk_sizes, normalize_row_index, tensor_items, tile_rows, unfold_or_repeat_rows
 from hybridrl.protocol.serialization import deserialize_tensordict, load_from_disk, save_to_disk, serialize_tensordict
-from hybridrl.protocol.validation import (
-    as_key_list,
-    check_rows,
-    common_batch_size,
-    require,
-    require_batch,
-    require_batch_keys,
-)
 
 __all__ = ["DataProto", "DataProtoItem", "Index", "collate_fn"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hybridrl.protocol.checks import require
 from hybridrl.protocol.data_proto import DataProto
-from hybridrl.protocol.validation import require
 
 __all__ = ["fold_batch_dim", "unfold_batch_dim"]
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from hybridrl.protocol.validation import require
+from hybridrl.protocol.checks import require
 
 __all__ = [
     "list_of_dict_to_dict_of_list",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from hybridrl.protocol.checks import require
 from hybridrl.protocol.data_proto import DataProto
-from hybridrl.protocol.validation import require
 
 __all__ = ["pad_dataproto_to_divisor", "unpad_dataproto"]
 

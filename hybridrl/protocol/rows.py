@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from hybridrl.protocol.validation import require
+from hybridrl.protocol.checks import require
 
 __all__ = ["chunk_sizes", "normalize_row_index", "tensor_items", "tile_rows", "unfold_or_repeat_rows"]
 

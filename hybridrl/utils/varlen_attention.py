@@ -1,6 +1,6 @@
 """Varlen attention for packed rows without a dense mask: torch SDPA per packed sequence.
 
-The packed forward (``use_remove_padding``, :mod:`hybridrl.utils.padding`) feeds the model one ``[1, nnz]``
+The packed forward (``use_remove_padding``, :mod:`hybridrl.utils.remove_padding`) feeds the model one ``[1, nnz]``
 row whose ``position_ids`` restart at 0 for each sequence. With transformers' ``sdpa`` attention,
 ``masking_utils`` turns that into a dense block-diagonal causal mask of ``nnz × nnz`` and SDPA scores every
 pair, so the attention costs ``nnz²`` instead of ``Σ L_i²`` (docs/performance.md, finding 1). flash-attn's

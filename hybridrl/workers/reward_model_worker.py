@@ -24,7 +24,7 @@ from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.config.worker_plan import standalone_batch_plan
 from hybridrl.utils.device import current_device, get_device_name
 from hybridrl.utils.distributed import init_worker_distributed
-from hybridrl.utils.padding import pack_sequences
+from hybridrl.utils.remove_padding import pack_sequences
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, postprocess_data
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine

@@ -50,7 +50,7 @@ def model_config(heads: int, kv_heads: int, head_dim: int, attn_implementation: 
 
 def micro_batch_inputs(micro: Any, layout: str) -> dict[str, Any]:
     """``{"attention_mask", "position_ids", "cu_seqlens"}`` of one micro-batch in ``layout``."""
-    from hybridrl.utils.padding import all_padding_columns, pack_sequences
+    from hybridrl.utils.remove_padding import all_padding_columns, pack_sequences
 
     if layout == "padded":
         lead, trail = all_padding_columns(micro["attention_mask"])

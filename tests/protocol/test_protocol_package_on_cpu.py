@@ -107,7 +107,7 @@ def test_package_modules_form_a_dag_with_the_class_in_the_middle() -> None:
         ready = sorted(m for m, deps in graph.items() if m not in order and deps <= set(order))
         assert ready, f"import cycle among {sorted(set(graph) - set(order))}"
         order.extend(ready)
-    leaves = {"keys", "validation", "rows", "merge", "auto_padding", "serialization"}
+    leaves = {"keys", "checks", "rows", "merge", "auto_padding", "serialization"}
     for leaf in leaves:
         assert "hybridrl.protocol.data_proto" not in graph[f"hybridrl.protocol.{leaf}"], leaf
     for user in ("padding", "folding", "futures"):

@@ -4,7 +4,7 @@ Two layouts give the same ``S_m`` (tests/trainer/sft/test_sft_remove_padding_on_
 
 - padded (``use_remove_padding=False``): ``model(input_ids [B,T], attention_mask, position_ids)``;
 - packed (``use_remove_padding=True``): the valid tokens of the micro batch in one ``[1, nnz]`` row with
-  per-sequence position ids (:func:`hybridrl.utils.padding.pack_sequences`), run by the PPO side's
+  per-sequence position ids (:func:`hybridrl.utils.remove_padding.pack_sequences`), run by the PPO side's
   :func:`~hybridrl.workers.actor.forward.forward_packed_all_positions`. When the model is marked with a
   Ulysses group (``ulysses_sequence_parallel_size > 1``) each rank of the group runs a ``1/sp`` slice of
   that row and the per-token losses are all-gathered, so every rank of the group returns the same ``S_m``.
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from hybridrl.trainer.sft.loss import masked_sum, masked_token_loss_sum, token_cross_entropy
-from hybridrl.utils.padding import pack_sequences
+from hybridrl.utils.remove_padding import pack_sequences
 from hybridrl.workers.actor.forward import forward_packed_all_positions
 
 __all__ = ["micro_batch_loss_sum"]

@@ -4,7 +4,7 @@ Two input layouts give the same numbers on valid tokens:
 
 - padded: ``model(input_ids [B,S], attention_mask [B,S], position_ids [B,S])``;
 - packed (``use_remove_padding``): every valid token in one ``[1, nnz]`` row, ``attention_mask=None``
-  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.padding`), plus the
+  and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.remove_padding`), plus the
   sequence bounds for the varlen attention (:mod:`hybridrl.utils.varlen_attention`); with Ulysses
   sequence parallelism (a module marked by ``ulysses.mark_sequence_parallel``) each rank of the SP
   group runs a slice of that row and the per-token outputs are all-gathered (:mod:`hybridrl.utils.ulysses`).
@@ -32,7 +32,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from hybridrl.utils import ulysses
-from hybridrl.utils.padding import all_padding_columns, pack_sequences
+from hybridrl.utils.remove_padding import all_padding_columns, pack_sequences
 from hybridrl.utils.varlen_attention import packed_attention_kwargs
 from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix
 

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from hybridrl.utils.hf_cache import cache_kwarg, output_cache, select_cache_rows
-from hybridrl.utils.padding import common_prefix_length, prefix_first_mask, prompt_groups
+from hybridrl.utils.remove_padding import common_prefix_length, prefix_first_mask, prompt_groups
 
 __all__ = ["forward_response_shared_prefix"]
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.padding import common_prefix_length, prompt_groups
+from hybridrl.utils.remove_padding import common_prefix_length, prompt_groups
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from hybridrl.workers.actor import DataParallelPPOActor, shared_prefix
 from hybridrl.workers.actor.forward import forward_response

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hybridrl.utils.padding import pack_sequences, pad_input, unpad_input
+from hybridrl.utils.remove_padding import pack_sequences, pad_input, unpad_input
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 
@@ -55,7 +55,7 @@ def test_packed_forward_isolates_sequences(tiny_model_dir):
 
 
 def test_all_padding_columns_counts_shared_padding_on_both_sides():
-    from hybridrl.utils.padding import all_padding_columns
+    from hybridrl.utils.remove_padding import all_padding_columns
 
     mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
     assert all_padding_columns(mask) == (1, 1)  # column 0 and column 5 are padding in both rows

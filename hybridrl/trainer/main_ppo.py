@@ -14,6 +14,9 @@ shared by every entry point.
 
 from __future__ import annotations
 
+import signal
+import sys
+import time
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -27,6 +30,9 @@ from hybridrl.utils.config import (
     with_defaults,
 )
 from hybridrl.utils.config.access import ACTOR, get
+
+# Ray forwards actor stdout asynchronously; without a short pause the last lines are lost at shutdown.
+_LOG_FLUSH_SECONDS = 1.0
 
 
 def complete_config(config: DictConfig) -> DictConfig:
@@ -56,15 +62,42 @@ def run_ppo(config: DictConfig, task_runner_class: type | None = None) -> dict:
     """Check the files (preflight), start (or join) Ray, run the TaskRunner actor (the single controller) and train.
 
     The preflight (checkpoint folder writable, resume tracker, datasets non-empty, prompt lengths) raises a
-    ConfigError before Ray starts.
+    ConfigError before Ray starts. Ray is shut down at the end if this call started it; recipes pass their own
+    ``task_runner_class`` (a TaskRunner subclass building their trainer).
     """
-    from hybridrl.trainer.ppo.task_runner import run_ppo as _run_ppo
     from hybridrl.utils.config.preflight import run_preflight
 
     config = complete_config(config)
     run_preflight(config)
 
-    return _run_ppo(config, task_runner_class=task_runner_class)
+    import ray  # after the preflight: a bad config fails in seconds, before Ray is imported
+
+    from hybridrl.trainer.ppo.task_runner import PPO_RAY_ENV_VARS, TaskRunner
+    from hybridrl.utils.ray_utils import init_ray
+
+    env_vars = {**PPO_RAY_ENV_VARS, "HYBRIDRL_DEVICE": config.trainer.device}
+    started_here = not ray.is_initialized()
+    if started_here:
+        init_ray(config.get("ray_init", {}), config.trainer.device, env_vars=env_vars)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # after ray.init, which installs its own handler
+    runner_cls = ray.remote(num_cpus=1)(task_runner_class or TaskRunner)
+    try:
+        runner = runner_cls.options(runtime_env={"env_vars": env_vars}).remote()
+        final_metrics = ray.get(runner.run.remote(config))
+        time.sleep(_LOG_FLUSH_SECONDS)  # let Ray forward the workers' last log lines before shutdown
+        print(f"[main_ppo] finished; final validation metrics: {final_metrics}", flush=True)
+        return final_metrics
+    except KeyboardInterrupt:
+        print("[main_ppo] interrupted: stopping workers. Checkpoints are written atomically, so the last "
+              "complete one is safe to resume from (trainer.resume_mode=auto).", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _raise_keyboard_interrupt(signum, frame):  # SIGTERM → the same clean path as Ctrl-C
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 # main(config=None): the command line, or check + run an already composed config

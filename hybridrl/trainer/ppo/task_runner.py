@@ -1,4 +1,4 @@
-"""TaskRunner (the Ray actor that hosts the single controller) and ``run_ppo`` (ray.init → TaskRunner → fit).
+"""TaskRunner: the Ray actor that hosts the single controller (``hybridrl.trainer.main_ppo.run_ppo`` starts it).
 
 Roles and pools follow verl 0.5's ``main_ppo``: every role maps to ``global_pool``
 (``[trainer.n_gpus_per_node] * trainer.nnodes`` devices; on CPU, worker processes). Split placement is
@@ -12,9 +12,6 @@ and the actor (role "actor") on ``global_pool``.
 from __future__ import annotations
 
 import os
-import signal
-import sys
-import time
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -29,10 +26,6 @@ PPO_RAY_ENV_VARS = {
     "NCCL_CUMEM_ENABLE": "0",
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
 }
-
-
-# Ray forwards actor stdout asynchronously; without a short pause the last lines are lost at shutdown.
-_LOG_FLUSH_SECONDS = 1.0
 
 
 def build_role_mapping(config) -> tuple[dict, dict, dict]:
@@ -132,33 +125,3 @@ class TaskRunner:
         trainer.init_workers()
         return trainer.fit()
 
-
-def _raise_keyboard_interrupt(signum, frame):  # SIGTERM → the same clean path as Ctrl-C
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def run_ppo(config, task_runner_class=None) -> dict[str, float]:
-    """Start (or join) Ray, run the TaskRunner actor, and always shut Ray down."""
-    import ray
-
-    from hybridrl.utils.ray_utils import init_ray
-
-    env_vars = {**PPO_RAY_ENV_VARS, "HYBRIDRL_DEVICE": config.trainer.device}
-    started_here = not ray.is_initialized()
-    if started_here:
-        init_ray(config.get("ray_init", {}), config.trainer.device, env_vars=env_vars)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # after ray.init, which installs its own handler
-    runner_cls = ray.remote(num_cpus=1)(task_runner_class or TaskRunner)
-    try:
-        runner = runner_cls.options(runtime_env={"env_vars": env_vars}).remote()
-        final_metrics = ray.get(runner.run.remote(config))
-        time.sleep(_LOG_FLUSH_SECONDS)  # let Ray forward the workers' last log lines before shutdown
-        print(f"[main_ppo] finished; final validation metrics: {final_metrics}", flush=True)
-        return final_metrics
-    except KeyboardInterrupt:
-        print("[main_ppo] interrupted: stopping workers. Checkpoints are written atomically, so the last "
-              "complete one is safe to resume from (trainer.resume_mode=auto).", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
-    finally:
-        if started_here:
-            ray.shutdown()

@@ -52,13 +52,16 @@ def _config(tiny_model_dir, data_files, tmp_path, *extra: str):
 
 @pytest.fixture(autouse=True)
 def ray_never_reached(monkeypatch):
-    """The step after preflight (the task runner: init_ray, workers) fails the test if it is ever reached."""
-    import hybridrl.trainer.ppo.task_runner as task_runner
+    """The step after preflight (Ray: init_ray, the TaskRunner actor) fails the test if it is ever reached."""
+    import ray
+
+    import hybridrl.utils.ray_utils as ray_utils
 
     def reached_ray(*args, **kwargs):
-        raise AssertionError("preflight let the run reach Ray (task_runner.run_ppo was called)")
+        raise AssertionError("preflight let the run reach Ray (init_ray or ray.remote was called)")
 
-    monkeypatch.setattr(task_runner, "run_ppo", reached_ray)
+    monkeypatch.setattr(ray_utils, "init_ray", reached_ray)
+    monkeypatch.setattr(ray, "remote", reached_ray)
 
 
 def _preflight_error(config) -> str:

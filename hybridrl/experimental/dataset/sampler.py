@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sized
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch.utils.data import Sampler
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from hybridrl.protocol import DataProto
 
 __all__ = ["AbstractCurriculumSampler", "AbstractSampler"]
@@ -26,7 +28,7 @@ class AbstractSampler(Sampler[int]):
     """A train sampler built from the dataset and the ``data`` config section."""
 
     @abstractmethod
-    def __init__(self, data_source: Sized, data_config: Any) -> None:
+    def __init__(self, data_source: Sized, data_config: DictConfig) -> None:
         pass
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
 from hybridrl.algos.dpo_losses import compute_dpo_loss, sequence_log_prob, split_pairs
 from hybridrl.protocol import DataProto
@@ -60,7 +61,7 @@ class DPOHyperParams:
         return cls(float(meta["dpo_beta"]), str(meta["dpo_loss_type"]), float(meta["dpo_label_smoothing"]))
 
 
-def dpo_micro_rows(config: Any, sequence_length: int) -> int:
+def dpo_micro_rows(config: DictConfig, sequence_length: int) -> int:
     """Rows per micro-batch, even so pairs stay whole: ``ppo_micro_batch_size_per_gpu`` rounded down to even
     (at least 2); with ``use_dynamic_bsz`` the token budget ``ppo_max_token_len_per_gpu // S`` instead."""
     if config.use_dynamic_bsz:

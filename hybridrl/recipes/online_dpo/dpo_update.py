@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.online_dpo.dpo_actor import DPOHyperParams
@@ -67,7 +68,7 @@ class DPOUpdate:
     ref_update_freq: int
 
     @classmethod
-    def from_config(cls, config: Any, make_pairs: PairBuilder) -> DPOUpdate:
+    def from_config(cls, config: DictConfig, make_pairs: PairBuilder) -> DPOUpdate:
         dpo = config.algorithm.dpo
         return cls(
             make_pairs=make_pairs,

@@ -4,7 +4,7 @@ the sync step's generate / reward stages split around the enqueued generation.""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,12 +12,14 @@ from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.async_pipeline import AsyncBatchSource, AsyncSettings
 from hybridrl.trainer.ppo.async_pipeline.launchers import SerialRolloutLauncher, WeightPusher, make_launcher
+from hybridrl.trainer.ppo.protocols import RewardManager, RewardModelGroup, RolloutGroup
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StepSettings
+from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 
 __all__ = ["StageFunctions", "make_async_source", "prompt_stream"]
 
 
-def prompt_stream(dataloader: Any) -> Iterator[DataProto]:
+def prompt_stream(dataloader: Iterable[dict]) -> Iterator[DataProto]:
     """The dataloader's batches over as many epochs as asked for (a restored dataloader resumes mid-epoch)."""
     for _ in itertools.count():
         for batch_dict in dataloader:
@@ -28,10 +30,10 @@ def prompt_stream(dataloader: Any) -> Iterator[DataProto]:
 class StageFunctions:
     """``stages.generate`` and ``stages.reward`` of the sync step, split around the enqueued generation."""
 
-    rollout: Any  # what generates (the agent-loop manager reads every column of its rows)
+    rollout: RolloutGroup  # what generates (the agent-loop manager reads every column of its rows)
     settings: StepSettings
-    reward_fn: Any
-    rm: Any  # reward-model group or None
+    reward_fn: RewardManager
+    rm: RewardModelGroup | None
     actor_world_size: int  # rows are balanced over the actor's ranks
 
     @property
@@ -50,8 +52,8 @@ class StageFunctions:
         return batch, {**gen_metrics, **reward_metrics}
 
 
-def make_async_source(settings: AsyncSettings, workers: Any, dataloader: Any, step_settings: StepSettings,
-                      reward_fn: Any) -> AsyncBatchSource:
+def make_async_source(settings: AsyncSettings, workers: WorkerGroups, dataloader: Iterable[dict],
+                      step_settings: StepSettings, reward_fn: RewardManager) -> AsyncBatchSource:
     """colocate_async: generations on the actor's own group (hybrid engine); separate_async: on the rollout's
     pool, with weight pushes from the actor (with the agent loop, generations and loads share one driver thread)."""
     rollout = workers.rollout

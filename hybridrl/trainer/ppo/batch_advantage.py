@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 from tensordict import TensorDict
 
 from hybridrl.algos.kl import KLController
@@ -72,7 +73,7 @@ def compute_advantage(
     lam: float = 1.0,
     num_repeat: int = 1,
     norm_adv_by_std_in_grpo: bool = True,
-    config: Any = None,
+    config: DictConfig | None = None,
 ) -> DataProto:
     """Write ``advantages`` and ``returns`` (both ``[B, R]``) with the chosen estimator.
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
+from hybridrl.trainer.ppo.protocols import RewardManager
 from hybridrl.trainer.ppo.stages import StepSettings
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 
@@ -28,7 +29,7 @@ class Rollout:
 
     workers: WorkerGroups  # workers.rollout generates; rm (if any) scores before the reward function
     settings: StepSettings
-    reward_fn: Any  # the training reward manager
+    reward_fn: RewardManager  # the training reward manager
     global_steps: int  # the step being collected (the rollout seeds by it)
 
     def __call__(self, prompts: DataProto, gen_batch_index: int = 0) -> tuple[DataProto, dict[str, Any]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,13 @@ import torch
 from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
 from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from hybridrl.algos.kl import KLController
+    from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +145,7 @@ class Checkpointer:
         self.allow_legacy_pickle = allow_legacy_pickle
 
     @classmethod
-    def from_config(cls, trainer_config: Any) -> Checkpointer:
+    def from_config(cls, trainer_config: DictConfig) -> Checkpointer:
         """From the ``trainer`` section."""
         return cls(
             trainer_config.default_local_dir, trainer_config.resume_mode, trainer_config.resume_from_path,
@@ -148,7 +155,8 @@ class Checkpointer:
             allow_legacy_pickle=bool(trainer_config.allow_legacy_pickle_checkpoint),
         )
 
-    def save(self, global_steps: int, workers: Any, train_dataloader: Any, kl_ctrl: Any = None) -> None:
+    def save(self, global_steps: int, workers: WorkerGroups, train_dataloader: StatefulDataLoader,
+             kl_ctrl: KLController | None = None) -> None:
         """Workers' model/optimizer shards, the dataloader position and the driver state, then the tracker file.
 
         Args:
@@ -204,7 +212,9 @@ class Checkpointer:
                 "trainer.resume_mode=disable"
             )
 
-    def load(self, workers: Any, train_dataloader: Any, kl_ctrl: Any = None) -> int:
+    def load(
+        self, workers: WorkerGroups, train_dataloader: StatefulDataLoader, kl_ctrl: KLController | None = None
+    ) -> int:
         """Restore workers, dataloader and driver state (KL value, RNGs); return the restored step (0: none)."""
         folder = self.resolve_resume_folder()
         if folder is None:

@@ -42,10 +42,11 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
@@ -59,6 +60,7 @@ from hybridrl.trainer.ppo.checkpointing import Checkpointer
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_kl_controller
 from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
 from hybridrl.trainer.ppo.ppo_update import PPOUpdate, UpdateStage
+from hybridrl.trainer.ppo.protocols import RewardManager
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StageError, StepSettings, timed
 from hybridrl.trainer.ppo.validation import Validator, decode_responses, dump_generations
@@ -69,6 +71,9 @@ from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer
 from hybridrl.utils.tracking import Tracking, ValidationGenerationsLogger
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "AdvantageEstimator", "DataProto", "RayClassWithInitArgs", "RayPPOTrainer", "RayWorkerGroup",
@@ -108,9 +113,10 @@ class RayPPOTrainer:
     ref_policy_wg = _worker_group("ref")
     rm_wg = _worker_group("rm")
 
-    def __init__(self, config, tokenizer, role_worker_mapping: dict[Role, WorkerType],
-                 resource_pool_manager: ResourcePoolManager, ray_worker_group_cls=RayWorkerGroup,
-                 processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
+    def __init__(self, config: DictConfig, tokenizer: PreTrainedTokenizerBase,
+                 role_worker_mapping: dict[Role, WorkerType], resource_pool_manager: ResourcePoolManager,
+                 ray_worker_group_cls=RayWorkerGroup, processor=None, reward_fn: RewardManager | None = None,
+                 val_reward_fn: RewardManager | None = None, train_dataset=None, val_dataset=None,
                  collate_fn=None, train_sampler=None, device_name: str | None = None, *,
                  batch_collector: BatchCollector | None = None, update_stage: UpdateStage | None = None):
         self.config = config = with_defaults(config)  # a config that predates a key gets the YAML's value
@@ -150,7 +156,9 @@ class RayPPOTrainer:
         )
         self.checkpointer = Checkpointer.from_config(config.trainer)
 
-    def _check_supported(self, config: Any, role_worker_mapping: dict, batch_collector: Any) -> None:
+    def _check_supported(
+        self, config: DictConfig, role_worker_mapping: dict, batch_collector: BatchCollector | None
+    ) -> None:
         if not config.actor_rollout_ref.hybrid_engine:
             raise ValueError("actor_rollout_ref.hybrid_engine=False is not supported: hybridrl runs the hybrid engine")
         separate = self.async_settings is not None and not self.async_settings.colocated
@@ -270,7 +278,7 @@ class RayPPOTrainer:
             self.global_steps += 1
         raise AssertionError("unreachable")
 
-    def _step_inputs(self) -> Any:
+    def _step_inputs(self) -> Iterator[dict | None]:
         """Sync: the dataloader's batches, pass after pass (a resumed, exhausted epoch yields none and moves on).
         Async modes: None per step (the async source draws its prompts ahead)."""
         if self.async_source is not None:

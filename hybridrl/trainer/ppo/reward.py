@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from omegaconf import DictConfig
 
+from hybridrl.protocol import DataProto
+from hybridrl.trainer.ppo.protocols import RewardManager
 from hybridrl.utils.import_utils import load_extern_type
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def get_custom_reward_fn(config: Any) -> Callable | None:
+
+def get_custom_reward_fn(config: DictConfig) -> Callable | None:
     """The user's scoring function with ``reward_kwargs`` bound, or None when no path is configured.
 
     Raises:
@@ -38,7 +44,7 @@ def get_custom_reward_fn(config: Any) -> Callable | None:
     return functools.partial(raw_fn, **reward_kwargs)
 
 
-def _default_score_fn(config: Any) -> Callable:
+def _default_score_fn(config: DictConfig) -> Callable:
     from hybridrl.utils.reward_score import default_compute_score
 
     sandbox = config.reward_model.get("sandbox_fusion", None) or {}
@@ -48,7 +54,9 @@ def _default_score_fn(config: Any) -> Callable:
     return default_compute_score
 
 
-def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> Callable:
+def load_reward_manager(
+    config: DictConfig, tokenizer: PreTrainedTokenizerBase, num_examine: int, **reward_kwargs: Any
+) -> RewardManager:
     """Instantiate ``reward_model.reward_manager`` (default ``naive``) for ``config`` (the whole config).
 
     ``reward_kwargs`` go to the manager's constructor (e.g. ``on_error="zero"``, ``timeout_s``; for
@@ -72,7 +80,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
     )
 
 
-def compute_reward(data: Any, reward_fn: Callable) -> tuple[torch.Tensor, dict[str, list]]:
+def compute_reward(data: DataProto, reward_fn: RewardManager | Callable) -> tuple[torch.Tensor, dict[str, list]]:
     """``(reward_tensor [B, R], reward_extra_infos_dict)``; managers without dict output give ``{}``.
 
     Unlike verl, errors of the reward function are not swallowed here: verl retries without
@@ -89,7 +97,10 @@ def compute_reward(data: Any, reward_fn: Callable) -> tuple[torch.Tensor, dict[s
     return result, {}
 
 
-def compute_reward_async(data: Any, config: Any = None, tokenizer: Any = None, reward_fn: Callable | None = None):
+def compute_reward_async(
+    data: DataProto, config: DictConfig | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
+    reward_fn: RewardManager | Callable | None = None,
+) -> tuple[torch.Tensor, dict[str, list]]:
     """Plain-function form of verl's ``compute_reward_async`` (the trainer may wrap it in ``ray.remote``)."""
     if reward_fn is None:
         if config is None or tokenizer is None:

@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
 from hybridrl.algos.kl import KLController
 from hybridrl.algos.rollout_correction import (
@@ -43,9 +44,20 @@ from hybridrl.protocol import DataProto
 from hybridrl.protocol.keys import ROLLOUT_ROW_KEY
 from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from hybridrl.trainer.ppo.protocols import (
+    ActorRolloutGroup,
+    CriticGroup,
+    RefGroup,
+    RewardManager,
+    RewardModelGroup,
+    RolloutGroup,
+)
 from hybridrl.trainer.ppo.reward import compute_reward
 from hybridrl.utils.metric import reduce_metrics
 from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "StageError", "StepSettings", "advantage", "balance_order", "finalize_rollout_batch", "finish_generation",
@@ -97,19 +109,19 @@ class StepSettings:
     """The config values the stages read, resolved once (the YAML holds the defaults; none are restated)."""
 
     rollout_n: int  # actor_rollout_ref.rollout.n: responses per prompt
-    eos_token_id: Any
-    pad_token_id: Any
+    eos_token_id: int | list[int] | None  # the tokenizer's (generation stops at any of a list)
+    pad_token_id: int | None
     balance_batch: bool  # trainer.balance_batch: reorder rows so every rank gets similar token counts
     remax_baseline: bool  # algorithm.adv_estimator == remax: a greedy rollout per prompt gives the baseline
     recompute_old_log_prob: bool  # actor_rollout_ref.actor.recompute_old_log_prob
     loss_agg_mode: str  # actor_rollout_ref.actor.loss_agg_mode (aggregates actor/entropy)
     rollout_probs_diff_max_bound: float | None  # trainer.rollout_probs_diff_max_bound
-    algorithm: Any  # the algorithm section: estimator, gamma, lam, in-reward KL, estimator options
+    algorithm: DictConfig  # the algorithm section: estimator, gamma, lam, in-reward KL, estimator options
     data_seed: int  # data.seed
     rollout_correction: RolloutCorrectionParams  # algorithm.rollout_correction, parsed
 
     @classmethod
-    def from_config(cls, config: Any, tokenizer: Any) -> StepSettings:
+    def from_config(cls, config: DictConfig, tokenizer: PreTrainedTokenizerBase) -> StepSettings:
         actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
         return cls(
             rollout_n=rollout.n,
@@ -135,8 +147,8 @@ def _timing(worker_timing: dict[str, float]) -> Metrics:
 
 # ---------------------------------------------------------------------------- generate
 def generate(
-    prompts: DataProto, actor_rollout: Any, settings: StepSettings, *, global_steps: int,
-    gen_batch_index: int = 0, reward_fn: Any = None,
+    prompts: DataProto, actor_rollout: RolloutGroup, settings: StepSettings, *, global_steps: int,
+    gen_batch_index: int = 0, reward_fn: RewardManager | None = None,
 ) -> tuple[DataProto, Metrics]:
     """uid per prompt → repeat n (interleaved) → generate → union → response_mask → balance rows.
 
@@ -155,7 +167,7 @@ def generate(
 
 
 def prepare_generation(
-    prompts: DataProto, rollout: Any, settings: StepSettings, *, global_steps: int, gen_batch_index: int = 0
+    prompts: DataProto, rollout: RolloutGroup, settings: StepSettings, *, global_steps: int, gen_batch_index: int = 0
 ) -> tuple[DataProto, DataProto]:
     """``(batch, gen_batch)``: the driver-side batch (+ ``uid`` per prompt; the rollout's keys popped) and what
     the rollout is sent once repeated ``rollout.n`` times, interleaved (its meta_info seeds the sampling by
@@ -194,7 +206,7 @@ def align_rows(batch: DataProto, output: DataProto) -> DataProto:
     return batch if rows is None else batch.select_idxs(np.asarray(rows, dtype=np.int64))
 
 
-def with_row_columns(gen_batch: DataProto, batch: DataProto, rollout: Any) -> DataProto:
+def with_row_columns(gen_batch: DataProto, batch: DataProto, rollout: RolloutGroup) -> DataProto:
     """Agent loops read every column of their row (``extra_info``, ``agent_name``, ...): a rollout that says so
     (``reads_row_columns``, the AgentLoopManager) gets the batch's remaining non-tensor columns too (the same
     arrays; they come back unchanged, and ``union`` checks they agree), as verl does in async mode."""
@@ -203,7 +215,9 @@ def with_row_columns(gen_batch: DataProto, batch: DataProto, rollout: Any) -> Da
     return gen_batch
 
 
-def remax_baseline(prompts: DataProto, gen_batch: DataProto, actor_rollout: Any, reward_fn: Any) -> torch.Tensor:
+def remax_baseline(
+    prompts: DataProto, gen_batch: DataProto, actor_rollout: RolloutGroup, reward_fn: RewardManager | None
+) -> torch.Tensor:
     """Greedy rollout's sequence reward per prompt, ``[B_prompts]`` (ReMax, Li et al. 2023, arXiv 2310.10505)."""
     greedy = deepcopy(gen_batch)
     greedy.meta_info["do_sample"] = False
@@ -234,7 +248,9 @@ def finalize_rollout_batch(batch: DataProto, world_size: int, balance: bool) -> 
 
 
 # ---------------------------------------------------------------------------- reward
-def reward(batch: DataProto, reward_fn: Any, rm: Any = None) -> tuple[DataProto, Metrics]:
+def reward(
+    batch: DataProto, reward_fn: RewardManager, rm: RewardModelGroup | None = None
+) -> tuple[DataProto, Metrics]:
     """``token_level_scores`` from the reward function (after the reward model's ``rm_scores`` when ``rm``)."""
     batch, metrics = _copy(batch), {}
     with timed("reward", metrics):
@@ -248,7 +264,9 @@ def reward(batch: DataProto, reward_fn: Any, rm: Any = None) -> tuple[DataProto,
 
 
 # ---------------------------------------------------------------------------- log-probs and values
-def old_log_prob(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
+def old_log_prob(
+    batch: DataProto, actor_rollout: ActorRolloutGroup, settings: StepSettings
+) -> tuple[DataProto, Metrics]:
     """The actor's log-probs of the sampled responses (skipped for a purely on-policy update, config-checked;
     rollout-correction bypass mode: the rollout's log-probs serve as the old ones)."""
     if settings.rollout_correction.bypass_mode:
@@ -294,7 +312,7 @@ def _rollout_consistency_metrics(batch: DataProto, bound: float | None) -> Metri
     return found
 
 
-def ref_log_prob(batch: DataProto, ref: Any) -> tuple[DataProto, Metrics]:
+def ref_log_prob(batch: DataProto, ref: RefGroup) -> tuple[DataProto, Metrics]:
     """The reference policy's log-probs (``ref``: its own group, or the actor's with LoRA off)."""
     metrics: Metrics = {}
     with timed("ref", metrics):
@@ -302,7 +320,7 @@ def ref_log_prob(batch: DataProto, ref: Any) -> tuple[DataProto, Metrics]:
     return _copy(batch).union(output), metrics
 
 
-def values(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
+def values(batch: DataProto, critic: CriticGroup) -> tuple[DataProto, Metrics]:
     """The critic's value estimates."""
     metrics: Metrics = {}
     with timed("values", metrics):
@@ -362,7 +380,7 @@ def rollout_correction(batch: DataProto, params: RolloutCorrectionParams) -> tup
 
 
 # ---------------------------------------------------------------------------- updates
-def update_critic(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
+def update_critic(batch: DataProto, critic: CriticGroup) -> tuple[DataProto, Metrics]:
     """One critic update on the batch; returns the batch unchanged and the update's metrics."""
     metrics: Metrics = {}
     with timed("update_critic", metrics):
@@ -371,7 +389,9 @@ def update_critic(batch: DataProto, critic: Any) -> tuple[DataProto, Metrics]:
     return batch, metrics
 
 
-def update_actor(batch: DataProto, actor_rollout: Any, settings: StepSettings) -> tuple[DataProto, Metrics]:
+def update_actor(
+    batch: DataProto, actor_rollout: ActorRolloutGroup, settings: StepSettings
+) -> tuple[DataProto, Metrics]:
     """One actor (PPO) update on the batch, at the rollout temperature; returns the batch and the metrics."""
     metrics: Metrics = {}
     sent = batch

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 # Environment for every Ray worker (verl's PPO_RAY_RUNTIME_ENV, minus GPU-vendor knobs that do not apply).
 PPO_RAY_ENV_VARS = {
@@ -28,7 +28,7 @@ PPO_RAY_ENV_VARS = {
 }
 
 
-def build_role_mapping(config) -> tuple[dict, dict, dict]:
+def build_role_mapping(config: DictConfig) -> tuple[dict, dict, dict]:
     """Return ``(role_worker_mapping, resource_pool_spec, mapping)`` as verl 0.5's main_ppo builds them.
 
     Worker classes follow each role's strategy (:mod:`hybridrl.utils.config.worker_classes`): the policy and its
@@ -68,7 +68,7 @@ def build_role_mapping(config) -> tuple[dict, dict, dict]:
     return role_worker_mapping, resource_pool_spec, mapping
 
 
-def _split_rollout(config: Any, role_worker_mapping: dict, mapping: dict, resource_pool_spec: dict) -> None:
+def _split_rollout(config: DictConfig, role_worker_mapping: dict, mapping: dict, resource_pool_spec: dict) -> None:
     """separate_async: the actor (role "actor") keeps ``global_pool``; rollout workers (role "rollout") get
     ``rollout_pool``: ``[rollout.n_gpus_per_node] * rollout.nnodes``."""
     from hybridrl.trainer.ppo.roles import Role
@@ -82,7 +82,7 @@ def _split_rollout(config: Any, role_worker_mapping: dict, mapping: dict, resour
     resource_pool_spec["rollout_pool"] = [int(rollout.n_gpus_per_node)] * int(rollout.nnodes)
 
 
-def _own_pool(section: Any, name: str, resource_pool_spec: dict) -> str | None:
+def _own_pool(section: DictConfig, name: str, resource_pool_spec: dict) -> str | None:
     """Add pool ``name`` (``[section.n_gpus_per_node] * section.nnodes``) when ``section.enable_resource_pool``."""
     if not section.enable_resource_pool:
         return None
@@ -99,7 +99,7 @@ class TaskRunner:
 
         return RayPPOTrainer
 
-    def run(self, config) -> dict[str, float]:
+    def run(self, config: DictConfig) -> dict[str, float]:
         from hybridrl.trainer.ppo.reward import load_reward_manager
         from hybridrl.trainer.ppo.roles import ResourcePoolManager
         from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler

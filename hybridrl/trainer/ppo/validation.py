@@ -15,14 +15,20 @@ import json
 import os
 import uuid
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
+from omegaconf import DictConfig
 
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.trainer.ppo.metric_utils import process_validation_metrics
+from hybridrl.trainer.ppo.protocols import RewardManager, RolloutGroup
 from hybridrl.trainer.ppo.stages import align_rows, with_row_columns
-from hybridrl.utils.tracking import ValidationGenerationsLogger
+from hybridrl.utils.tracking import Tracking, ValidationGenerationsLogger
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Validator", "decode_responses", "dump_generations", "reduce_validation_metrics"]
 
@@ -42,8 +48,8 @@ class Validator:
         dump_dir: ``trainer.validation_data_dir``: where ``{step}.jsonl`` generation dumps go (None: none).
     """
 
-    def __init__(self, tokenizer: Any, dataloader: Any, reward_fn: Any, val_kwargs: Any, log_generations: int,
-                 dump_dir: str | None) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, dataloader: Iterable[dict], reward_fn: RewardManager,
+                 val_kwargs: DictConfig, log_generations: int, dump_dir: str | None) -> None:
         self.tokenizer = tokenizer
         self.dataloader = dataloader
         self.reward_fn = reward_fn
@@ -52,7 +58,9 @@ class Validator:
         self.dump_dir = dump_dir
         self.generations_logger = ValidationGenerationsLogger()
 
-    def validate(self, actor_rollout: Any, global_steps: int, logger: Any = None) -> dict[str, float]:
+    def validate(
+        self, actor_rollout: RolloutGroup, global_steps: int, logger: Tracking | None = None
+    ) -> dict[str, float]:
         """Validation metrics at ``global_steps``; ``logger`` (a Tracking) receives the logged generations."""
         scores: list[float] = []
         inputs: list[str] = []
@@ -81,7 +89,7 @@ class Validator:
         dump_generations(self.dump_dir, global_steps, inputs, outputs, scores)
         return reduce_validation_metrics(data_sources, uids, dict(extra))
 
-    def _generate(self, batch: DataProto, actor_rollout: Any, global_steps: int) -> DataProto:
+    def _generate(self, batch: DataProto, actor_rollout: RolloutGroup, global_steps: int) -> DataProto:
         """Pops the prompts off ``batch`` (a batch this method's caller owns) and returns the generations."""
         gen_batch = with_row_columns(batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"]), batch,
                                      actor_rollout)
@@ -101,7 +109,7 @@ class Validator:
         output.meta_info = {}
         return output
 
-    def _log_generations(self, inputs: list[str], outputs: list[str], scores: list[float], logger: Any,
+    def _log_generations(self, inputs: list[str], outputs: list[str], scores: list[float], logger: Tracking | None,
                          global_steps: int) -> None:
         if self.log_generations <= 0 or logger is None:
             return
@@ -110,7 +118,7 @@ class Validator:
         self.generations_logger.log(logger, samples[: self.log_generations], global_steps)
 
 
-def decode_responses(tokenizer: Any, batch: DataProto) -> list[str]:
+def decode_responses(tokenizer: PreTrainedTokenizerBase, batch: DataProto) -> list[str]:
     """The valid response tokens of every row (``responses [B, R]``, ``attention_mask [B, P+R]``) as text."""
     responses = batch.batch["responses"]
     lengths = batch.batch["attention_mask"][:, -responses.shape[-1]:].sum(-1).tolist()

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridrl.single_controller.ray import RayClassWithInitArgs, create_colocated_worker_cls
+from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_cls
+from hybridrl.trainer.ppo.protocols import ActorRolloutGroup, CriticGroup, RefGroup, RewardModelGroup, RolloutGroup
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role
 
 __all__ = ["WorkerGroups", "actor_role", "create_worker_groups", "critic_has_own_pool"]
@@ -27,17 +28,17 @@ _INIT_ORDER = (Role.Critic, Role.RefPolicy, Role.RewardModel, Role.Rollout)
 class WorkerGroups:
     """The worker groups one PPO step calls (None: the role is not used in this run)."""
 
-    actor_rollout: Any  # generate_sequences, compute_log_prob, update_actor, save/load_checkpoint
-    critic: Any = None  # compute_values, update_critic
-    ref: Any = None  # compute_ref_log_prob (a RefPolicy group, or actor_rollout itself)
-    rm: Any = None  # compute_rm_score
+    actor_rollout: ActorRolloutGroup  # generate_sequences, compute_log_prob, update_actor, save/load_checkpoint
+    critic: CriticGroup | None = None  # compute_values, update_critic
+    ref: RefGroup | None = None  # compute_ref_log_prob (a RefPolicy group, or actor_rollout itself)
+    rm: RewardModelGroup | None = None  # compute_rm_score
     # rollout.mode=async: the AgentLoopManager (server-mode rollout over actor_rollout's engines)
-    rollout_manager: Any = None
+    rollout_manager: RolloutGroup | None = None
     # trainer.v1.trainer_mode=separate_async: the rollout workers on their own pool (role "rollout")
-    standalone_rollout: Any = None
+    standalone_rollout: RolloutGroup | None = None
 
     @property
-    def rollout(self) -> Any:
+    def rollout(self) -> RolloutGroup:
         """What answers ``generate_sequences``: the agent-loop manager in server mode, the rollout's own group
         under separate_async, else the actor's group."""
         if self.rollout_manager is not None:
@@ -66,7 +67,7 @@ def actor_role(role_worker_mapping: dict) -> Role:
     return Role.ActorRollout
 
 
-def critic_has_own_pool(resource_pool_manager: Any) -> bool:
+def critic_has_own_pool(resource_pool_manager: ResourcePoolManager) -> bool:
     """Split placement: the critic's resource pool differs from the actor's (their updates can overlap)."""
     mapping = getattr(resource_pool_manager, "mapping", {})
     return Role.Critic in mapping and mapping[Role.Critic] != mapping.get(actor_role(mapping))
@@ -88,7 +89,7 @@ def create_worker_groups(
         ray_worker_group_cls: the worker-group class (``RayWorkerGroup``), one instance per resource pool.
         use_reference_policy: without a ``Role.RefPolicy`` entry, the actor's group answers the reference calls.
     """
-    class_dicts: dict[Any, dict[str, RayClassWithInitArgs]] = {}  # pool → {role name: worker class}
+    class_dicts: dict[RayResourcePool, dict[str, RayClassWithInitArgs]] = {}  # pool → {role name: worker class}
     for role, kwargs in init_kwargs.items():
         pool = resource_pool_manager.get_resource_pool(role)
         class_dicts.setdefault(pool, {})[str(role)] = RayClassWithInitArgs(cls=role_worker_mapping[role], **kwargs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
@@ -27,6 +27,9 @@ from hybridrl.utils.checkpoint import (
     write_checkpoint_tracker,
 )
 from hybridrl.workers.engine import FSDPCheckpointManager
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 HF_EXPORT_SUBDIR = "huggingface"
 
@@ -80,7 +83,7 @@ def rotate_step_dirs(root: str, max_ckpt_to_keep: int | None) -> list[str]:
     return removed
 
 
-def resume_folder(trainer_config: Any) -> str | None:
+def resume_folder(trainer_config: DictConfig) -> str | None:
     """The ``global_step_N`` folder to resume from per ``trainer.resume_mode`` (auto | disable | resume_path)."""
     mode = trainer_config.resume_mode
     if mode == "disable":

@@ -16,7 +16,7 @@ pad with a copy of sample 0 whose loss mask is zeroed, so every rank runs the sa
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -26,8 +26,11 @@ from hybridrl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 from hybridrl.utils.dataset.sft_dataset import SFTDataset
 from hybridrl.utils.import_utils import load_extern_type
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
-def dataset_class(data_config: Any) -> type:
+
+def dataset_class(data_config: DictConfig) -> type:
     """``data.custom_cls`` if set, else MultiTurnSFTDataset when ``data.multiturn.enable``, else SFTDataset."""
     data_config = section_with_defaults(data_config, "data", "sft_trainer")
     custom = data_config.get("custom_cls", None) or {}
@@ -42,7 +45,7 @@ def dataset_class(data_config: Any) -> type:
     return MultiTurnSFTDataset if data_config.multiturn.enable else SFTDataset
 
 
-def build_dataset(files: Any, tokenizer: Any, data_config: Any) -> Dataset:
+def build_dataset(files: Any, tokenizer: Any, data_config: DictConfig) -> Dataset:
     """The SFT dataset of ``files`` (one path or a list), as chosen by :func:`dataset_class`."""
     return dataset_class(data_config)(files, tokenizer, data_config)
 

@@ -9,7 +9,7 @@ starts the next epoch with exactly the order an uninterrupted run would have use
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -18,8 +18,11 @@ from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
-def create_train_dataloader(data_config: Any, dataset: Dataset, collate_fn=default_collate_fn) -> StatefulDataLoader:
+
+def create_train_dataloader(data_config: DictConfig, dataset: Dataset, collate_fn=default_collate_fn) -> StatefulDataLoader:
     """verl's train loader: ``batch_size = data.gen_batch_size or data.train_batch_size``, ``drop_last=True``."""
     data_config = section_with_defaults(data_config, "data")
     batch_size = data_config.gen_batch_size or data_config.train_batch_size

@@ -12,7 +12,7 @@ target), so the SFT trainer treats both datasets identically (``loss_mask[:, :-1
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import Dataset
@@ -22,13 +22,16 @@ from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import normalize_data_files, read_parquet_rows
 from hybridrl.utils.dataset.sft_dataset import pad_or_truncate_right
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 logger = logging.getLogger(__name__)
 
 
 class MultiTurnSFTDataset(Dataset):
     """Conversations from parquet; loss on assistant tokens only."""
 
-    def __init__(self, parquet_files: Any, tokenizer: Any, config: Any):
+    def __init__(self, parquet_files: Any, tokenizer: Any, config: DictConfig):
         config = section_with_defaults(config, "data", "sft_trainer")
         self.tokenizer, self.config = tokenizer, config
         multiturn = config.multiturn

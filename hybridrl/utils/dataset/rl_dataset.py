@@ -19,7 +19,7 @@ import logging
 import multiprocessing
 import os
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 from hybridrl.utils import torch_functional as verl_F
 from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import check_chat_column, normalize_data_files, read_parquet_rows
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ class RLHFDataset(Dataset):
         processor: multimodal processor (unused: text-only).
     """
 
-    def __init__(self, data_files: Any, tokenizer: Any, config: Any, processor: Any = None):
+    def __init__(self, data_files: Any, tokenizer: Any, config: DictConfig, processor: Any = None):
         self.data_files = normalize_data_files(data_files)
         config = section_with_defaults(config, "data")
         self.tokenizer, self.processor, self.config = tokenizer, processor, config
@@ -197,7 +200,7 @@ class RLHFDataset(Dataset):
         return row
 
 
-def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
+def create_rl_sampler(data_config: DictConfig, dataset: Dataset) -> Sampler:
     """The train sampler: a custom sampler class, ``RandomSampler`` seeded by ``data.seed`` (default 1)
     when ``data.shuffle``, else ``SequentialSampler``."""
     data_config = section_with_defaults(data_config, "data")
@@ -211,7 +214,7 @@ def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
     return SequentialSampler(data_source=dataset)
 
 
-def _custom_sampler(data_config: Any, sampler_cfg: Any, dataset: Dataset) -> Sampler:
+def _custom_sampler(data_config: DictConfig, sampler_cfg: DictConfig, dataset: Dataset) -> Sampler:
     """``data.sampler.class_name`` from ``data.sampler.class_path``, built on ``dataset``.
 
     The checks raise AssertionError, as verl's asserts do (kept under ``python -O``).
@@ -234,7 +237,7 @@ def _custom_sampler(data_config: Any, sampler_cfg: Any, dataset: Dataset) -> Sam
     return sampler
 
 
-def get_dataset_class(data_config: Any) -> type:
+def get_dataset_class(data_config: DictConfig) -> type:
     """``data.custom_cls.{path,name}`` if set (must subclass torch ``Dataset``), else :class:`RLHFDataset`."""
     custom = data_config.get("custom_cls", None)
     if custom is None or not custom.get("path", None):
@@ -250,7 +253,7 @@ def get_dataset_class(data_config: Any) -> type:
 
 
 def create_rl_dataset(
-    data_paths: Any, data_config: Any, tokenizer: Any, processor: Any = None, is_train: bool = True
+    data_paths: Any, data_config: DictConfig, tokenizer: Any, processor: Any = None, is_train: bool = True
 ) -> Dataset:
     """Build the (custom or default) dataset class with verl's constructor signature.
 

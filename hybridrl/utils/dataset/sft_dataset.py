@@ -11,7 +11,7 @@ zeroed, so the trainer uses ``loss_mask[:, :-1]`` against the shifted labels ``i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import Dataset
@@ -19,6 +19,9 @@ from torch.utils.data import Dataset
 from hybridrl.utils import torch_functional as verl_F
 from hybridrl.utils.config.defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import normalize_data_files, read_parquet_rows
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def _dig(value: Any, keys: list[str], path: str, column: str) -> Any:
@@ -51,7 +54,7 @@ def pad_or_truncate_right(ids: torch.Tensor, mask: torch.Tensor, max_length: int
 class SFTDataset(Dataset):
     """Prompt/response SFT pairs from parquet (``data.prompt_key``, ``data.response_key``, nested dict keys)."""
 
-    def __init__(self, parquet_files: Any, tokenizer: Any, config: Any):
+    def __init__(self, parquet_files: Any, tokenizer: Any, config: DictConfig):
         config = section_with_defaults(config, "data", "sft_trainer")
         self.tokenizer, self.config = tokenizer, config
         self.prompt_key = config.prompt_key

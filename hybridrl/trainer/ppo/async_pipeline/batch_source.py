@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.async_pipeline.buffer import GenerationBuffer, InFlightBatch
-from hybridrl.trainer.ppo.async_pipeline.launchers import WeightPusher, pop_rollout_span
+from hybridrl.trainer.ppo.async_pipeline.launchers import GenerationLauncher, WeightPusher, pop_rollout_span
 from hybridrl.trainer.ppo.async_pipeline.metrics import PREFIX, AsyncStats
 from hybridrl.trainer.ppo.async_pipeline.schedule import AsyncSettings, VersionClock, may_launch, should_drop
 
@@ -58,7 +58,7 @@ class AsyncBatchSource:
         pusher: separate_async's weight push; None colocated.
     """
 
-    def __init__(self, settings: AsyncSettings, launcher: Any, prompt_batches: Iterator[DataProto],
+    def __init__(self, settings: AsyncSettings, launcher: GenerationLauncher, prompt_batches: Iterator[DataProto],
                  step: StepFunctions, pusher: WeightPusher | None = None) -> None:
         self.settings, self.launcher, self.prompt_batches = settings, launcher, prompt_batches
         self.step, self.pusher = step, pusher

@@ -19,15 +19,33 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from hybridrl.protocol import DataProto
 
-__all__ = ["RayGenerationLauncher", "SerialRolloutLauncher", "ThreadGenerationLauncher", "WeightPusher",
-           "make_launcher", "pop_rollout_span"]
+if TYPE_CHECKING:  # types only: this package imports nothing of the trainer
+    from hybridrl.trainer.ppo.protocols import (
+        NonBlockingRolloutGroup,
+        RolloutGroup,
+        WeightPublisherGroup,
+        WeightReceiverGroup,
+    )
+
+__all__ = ["GenerationLauncher", "RayGenerationLauncher", "SerialRolloutLauncher", "ThreadGenerationLauncher",
+           "WeightPusher", "make_launcher", "pop_rollout_span"]
 
 # generate_sequences_nonblocking reports the worker-side wall span of each generation under these metric keys
 SPAN_START_KEY, SPAN_END_KEY = "async/rollout_start_unix", "async/rollout_end_unix"
+
+
+class GenerationLauncher(Protocol):
+    """Enqueues a generation and returns the getter of its result."""
+
+    joins_before_worker_calls: bool  # True: wait for the generation in flight before the driver calls a group
+
+    def launch(self, gen_batch: DataProto) -> Callable[[], DataProto]: ...
+
+    def close(self) -> None: ...
 
 
 class RayGenerationLauncher:
@@ -35,7 +53,7 @@ class RayGenerationLauncher:
 
     joins_before_worker_calls = False
 
-    def __init__(self, rollout_group: Any) -> None:
+    def __init__(self, rollout_group: NonBlockingRolloutGroup) -> None:
         self.rollout_group = rollout_group
 
     def launch(self, gen_batch: DataProto) -> Callable[[], DataProto]:
@@ -50,7 +68,7 @@ class ThreadGenerationLauncher:
 
     joins_before_worker_calls = True
 
-    def __init__(self, rollout: Any) -> None:
+    def __init__(self, rollout: RolloutGroup) -> None:
         self.rollout = rollout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="async_generate")
 
@@ -75,7 +93,7 @@ class SerialRolloutLauncher(ThreadGenerationLauncher):
         return self._executor.submit(job, *args)
 
 
-def _generate_with_span(rollout: Any, gen_batch: DataProto) -> DataProto:
+def _generate_with_span(rollout: RolloutGroup, gen_batch: DataProto) -> DataProto:
     """``rollout.generate_sequences`` with its wall span under the span keys (driver-side unix seconds)."""
     start = time.time()
     output = rollout.generate_sequences(gen_batch)
@@ -84,11 +102,11 @@ def _generate_with_span(rollout: Any, gen_batch: DataProto) -> DataProto:
     return output
 
 
-def make_launcher(rollout: Any, own_pool: bool = False) -> Any:
+def make_launcher(rollout: RolloutGroup, own_pool: bool = False) -> GenerationLauncher:
     """The launcher for ``rollout``: a worker group that has the non-blocking generate; else a thread, which
     also carries the weight loads when the rollout has a pool of its own (``own_pool``: separate_async)."""
     if hasattr(rollout, "generate_sequences_nonblocking"):
-        return RayGenerationLauncher(rollout)
+        return RayGenerationLauncher(cast("NonBlockingRolloutGroup", rollout))
     return SerialRolloutLauncher(rollout) if own_pool else ThreadGenerationLauncher(rollout)
 
 
@@ -121,7 +139,7 @@ class _PendingRefs:
         return ray.get(self.refs)
 
 
-def _receive(rollout_group: Any, package: Any) -> list[Any]:
+def _receive(rollout_group: WeightReceiverGroup, package: object) -> list[Any]:
     """A serial job: the rollout's ranks load ``package``; returns their metrics once all are done."""
     return _PendingRefs(rollout_group.receive_weights(package)).result()
 
@@ -135,7 +153,8 @@ class WeightPusher:
             agent loop); None: the load is enqueued on the rollout's workers, which Ray runs in submission order.
     """
 
-    def __init__(self, actor_group: Any, rollout_group: Any, serial: SerialRolloutLauncher | None = None) -> None:
+    def __init__(self, actor_group: WeightPublisherGroup, rollout_group: WeightReceiverGroup,
+                 serial: SerialRolloutLauncher | None = None) -> None:
         self.actor_group = actor_group
         self.rollout_group = rollout_group
         self.serial = serial

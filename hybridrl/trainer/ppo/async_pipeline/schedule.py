@@ -18,7 +18,10 @@ verl 0.9 measures the same gap as a span (versions a trajectory covers, stalenes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 __all__ = ["AsyncSettings", "VersionClock", "may_launch", "predicted_staleness", "should_drop"]
 
@@ -39,7 +42,7 @@ class AsyncSettings:
         return self.mode == "colocate_async"
 
     @classmethod
-    def from_config(cls, trainer_config: Any) -> AsyncSettings | None:
+    def from_config(cls, trainer_config: DictConfig) -> AsyncSettings | None:
         """The settings of ``trainer.v1``; None in ``sync`` mode (verl 0.5's loop, unchanged)."""
         v1 = trainer_config.v1
         if v1.trainer_mode == "sync":

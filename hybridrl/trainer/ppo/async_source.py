@@ -6,13 +6,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.async_pipeline import AsyncBatchSource, AsyncSettings
 from hybridrl.trainer.ppo.async_pipeline.launchers import SerialRolloutLauncher, WeightPusher, make_launcher
-from hybridrl.trainer.ppo.protocols import RewardManager, RewardModelGroup, RolloutGroup
+from hybridrl.trainer.ppo.protocols import (
+    RewardManager,
+    RewardModelGroup,
+    RolloutGroup,
+    WeightPublisherGroup,
+    WeightReceiverGroup,
+)
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StepSettings
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
 
@@ -65,6 +71,9 @@ def make_async_source(settings: AsyncSettings, workers: WorkerGroups, dataloader
                              "(Role.Rollout in role_worker_mapping; main_ppo builds it from "
                              "actor_rollout_ref.rollout.nnodes / n_gpus_per_node)")
         serial = launcher if isinstance(launcher, SerialRolloutLauncher) else None  # the agent loop
-        pusher = WeightPusher(workers.actor_rollout, workers.standalone_rollout, serial)
+        # the policy worker's groups, whose worker class has the weight-transfer methods
+        actor = cast(WeightPublisherGroup, workers.actor_rollout)
+        rollout_group = cast(WeightReceiverGroup, workers.standalone_rollout)
+        pusher = WeightPusher(actor, rollout_group, serial)
     step = StageFunctions(rollout, step_settings, reward_fn, workers.rm, workers.actor_rollout.world_size)
     return AsyncBatchSource(settings, launcher, prompt_stream(dataloader), step, pusher)

@@ -19,7 +19,7 @@ nothing inherits from them and nothing checks them at runtime (hence no ``runtim
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -111,4 +111,4 @@ class RewardManager(Protocol):
     """A reward manager (``naive``, ``batch``, ``dapo``, ``prime`` or a custom one): token-level scores ``[B, R]``,
     or with ``return_dict=True`` ``{"reward_tensor": [B, R], "reward_extra_info": {name: [B] values}}``."""
 
-    def __call__(self, data: DataProto, return_dict: bool = False) -> torch.Tensor | dict[str, object]: ...
+    def __call__(self, data: DataProto, return_dict: bool = False) -> torch.Tensor | dict[str, Any]: ...

@@ -52,7 +52,7 @@ from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from hybridrl.trainer.ppo import stages
-from hybridrl.trainer.ppo.async_pipeline import AsyncSettings
+from hybridrl.trainer.ppo.async_pipeline import AsyncBatchSource, AsyncSettings
 from hybridrl.trainer.ppo.async_source import make_async_source
 from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advantage, compute_response_mask
 from hybridrl.trainer.ppo.batch_collection import BatchCollector, OneGenerationBatch, Rollout
@@ -95,7 +95,8 @@ def _worker_group(field_name: str) -> property:
         return group
 
     def set_(self: RayPPOTrainer, group: Any) -> None:
-        self.workers = replace(self.workers or WorkerGroups(actor_rollout=None), **{field_name: group})
+        placeholder = WorkerGroups(actor_rollout=None)  # type: ignore[arg-type]  # verl sets groups one by one
+        self.workers = replace(self.workers or placeholder, **{field_name: group})
 
     return property(get, set_)
 
@@ -142,7 +143,7 @@ class RayPPOTrainer:
         self.global_steps = 0
         self.logger: Tracking | None = None
         self.workers: WorkerGroups | None = None
-        self.async_source = None  # colocate_async / separate_async: made by fit
+        self.async_source: AsyncBatchSource | None = None  # colocate_async / separate_async: made by fit
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.settings = StepSettings.from_config(config, tokenizer)
         self.batch_collector: BatchCollector = batch_collector or OneGenerationBatch()

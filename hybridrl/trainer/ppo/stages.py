@@ -239,7 +239,8 @@ def balance_order(batch: DataProto, world_size: int, prefix: str = "global_seqle
 
 def finalize_rollout_batch(batch: DataProto, world_size: int, balance: bool) -> tuple[DataProto, Metrics]:
     """Balance rows across ranks (when ``balance``) and record ``meta_info["global_token_num"]`` (per-row tokens)."""
-    batch, metrics = _copy(batch), {}
+    batch = _copy(batch)
+    metrics: Metrics = {}
     if balance:
         order, metrics = balance_order(batch, world_size)
         batch.reorder(order)
@@ -252,7 +253,8 @@ def reward(
     batch: DataProto, reward_fn: RewardManager, rm: RewardModelGroup | None = None
 ) -> tuple[DataProto, Metrics]:
     """``token_level_scores`` from the reward function (after the reward model's ``rm_scores`` when ``rm``)."""
-    batch, metrics = _copy(batch), {}
+    batch = _copy(batch)
+    metrics: Metrics = {}
     with timed("reward", metrics):
         if rm is not None and "rm_scores" not in batch.batch.keys():
             batch = batch.union(rm.compute_rm_score(batch))
@@ -273,7 +275,8 @@ def old_log_prob(
         return _rollout_log_probs_as_old(batch), {}
     if not settings.recompute_old_log_prob:
         return batch, {}  # the actor uses its current log-probs, detached
-    batch, metrics = _copy(batch), {}
+    batch = _copy(batch)
+    metrics: Metrics = {}
     with timed("old_log_prob", metrics):
         old = actor_rollout.compute_log_prob(batch)
     entropys = old.batch.pop("entropys", None)
@@ -335,7 +338,8 @@ def advantage(
     """token_level_rewards (scores − β·KL when the KL is in the reward; ``kl_ctrl`` then adapts β), then the
     estimator's advantages and returns."""
     algo = settings.algorithm
-    batch, metrics = _copy(batch), {}
+    batch = _copy(batch)
+    metrics: Metrics = {}
     with timed("adv", metrics):
         if algo.use_kl_in_reward:
             batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=algo.kl_penalty)

@@ -36,7 +36,9 @@ class StepFunctions(Protocol):
     """The driver's halves of the sync step's generate stage, around the enqueued generation
     (``hybridrl.trainer.ppo.async_source`` binds them to ``stages``)."""
 
-    score_calls_workers: bool  # score() calls worker groups (a reward model)
+    @property
+    def score_calls_workers(self) -> bool:  # score() calls worker groups (a reward model)
+        ...
 
     def prepare(self, prompts: DataProto, launch_step: int, gen_batch_index: int) -> tuple[Any, DataProto]:
         """``(driver-side batch, what the rollout is sent)``; the step and index seed the sampling."""

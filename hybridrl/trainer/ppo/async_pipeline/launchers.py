@@ -172,7 +172,8 @@ class WeightPusher:
     def finished_metrics(self, wait: bool = False) -> dict[str, float]:
         """Rank 0's metrics of the pushes the rollout has applied (all of them when ``wait``), summed over pushes,
         plus ``rollout/weight_pushes``."""
-        done, metrics = 0, {}
+        done = 0
+        metrics: dict[str, float] = {}
         for pending in self._pending:
             if not wait and not pending.done():
                 break  # later pushes run after this one

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybridrl.utils.config import ConfigError, ConfigProblem, hydra_entry, section_with_defaults
+from hybridrl.config import ConfigError, ConfigProblem, hydra_entry, section_with_defaults
 
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybridrl.utils.config import compose_config as _compose
+from hybridrl.config import compose_config as _compose
 
 __all__ = ["compose_config", "compose_section"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from hybridrl.utils.config import prepare_overrides
+from hybridrl.config import prepare_overrides
 
 __all__ = ["DAPO_CONFIG_DIR", "compose_recipe_config"]
 

@@ -20,8 +20,8 @@ import os
 
 from omegaconf import DictConfig
 
+from hybridrl.config import hydra_entry
 from hybridrl.trainer.sft.config import validate_sft_config
-from hybridrl.utils.config import hydra_entry
 
 
 def run_sft(config: DictConfig) -> dict[str, float]:

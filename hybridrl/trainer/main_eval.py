@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
-from hybridrl.utils.config import hydra_entry
+from hybridrl.config import hydra_entry
 
 _ROWS_PER_TASK = 64  # rows scored per Ray task: amortises task overhead for cheap rule-based scorers
 

@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig
 
+from hybridrl.config import hydra_entry
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
-from hybridrl.utils.config import hydra_entry
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 
 

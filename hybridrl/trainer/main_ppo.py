@@ -8,7 +8,7 @@
 
 ``--cfg job`` prints the composed tree and stops (Hydra's flag); nothing heavy is imported before
 ``run_ppo``. verl's ``create_rl_dataset``, ``create_rl_sampler`` (the ``data.sampler.*`` hook) and
-``TaskRunner`` are importable from here. The command line itself is ``hybridrl.utils.config.hydra_entry``,
+``TaskRunner`` are importable from here. The command line itself is ``hybridrl.config.hydra_entry``,
 shared by every entry point.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybridrl.utils.config import (
+from hybridrl.config import (
     BatchPlan,
     compute_batch_plan,
     format_batch_plan,
@@ -29,7 +29,7 @@ from hybridrl.utils.config import (
     validate_config,
     with_defaults,
 )
-from hybridrl.utils.config.access import ACTOR, get
+from hybridrl.config.access import ACTOR, get
 
 # Ray forwards actor stdout asynchronously; without a short pause the last lines are lost at shutdown.
 _LOG_FLUSH_SECONDS = 1.0
@@ -65,7 +65,7 @@ def run_ppo(config: DictConfig, task_runner_class: type | None = None) -> dict:
     ConfigError before Ray starts. Ray is shut down at the end if this call started it; recipes pass their own
     ``task_runner_class`` (a TaskRunner subclass building their trainer).
     """
-    from hybridrl.utils.config.preflight import run_preflight
+    from hybridrl.config.preflight import run_preflight
 
     config = complete_config(config)
     run_preflight(config)

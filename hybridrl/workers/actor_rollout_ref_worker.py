@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
+from hybridrl.config.batch_plan import PolicyWorkerPlan
+from hybridrl.config.worker_plan import standalone_batch_plan
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base import Worker
 from hybridrl.single_controller.base.decorator import Dispatch, register
-from hybridrl.utils.config.batch_plan import PolicyWorkerPlan
-from hybridrl.utils.config.defaults import section_with_defaults
-from hybridrl.utils.config.worker_plan import standalone_batch_plan
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.device import current_device, get_device_name, memory_metrics
 from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.workers import engine

@@ -66,7 +66,7 @@ def budgets(scenario: str, count: int, max_tokens: int) -> list[int]:
 
 
 def rollout_section(args) -> OmegaConf:
-    from hybridrl.utils.config.defaults import section_with_defaults
+    from hybridrl.utils.config_defaults import section_with_defaults
 
     cfg = OmegaConf.create(
         {

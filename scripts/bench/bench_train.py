@@ -167,7 +167,7 @@ def build_engine(model_dir: str, dtype: str, grad_ckpt: bool) -> tuple[Any, Any,
     import torch
     from omegaconf import OmegaConf
 
-    from hybridrl.utils.config.entry import compose_config
+    from hybridrl.config.entry import compose_config
     from hybridrl.utils.distributed import init_worker_distributed
     from hybridrl.workers import engine
 

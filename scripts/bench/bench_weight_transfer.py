@@ -107,7 +107,7 @@ class Receiver:
         from omegaconf import OmegaConf
         from transformers import AutoConfig, AutoTokenizer
 
-        from hybridrl.utils.config.defaults import section_with_defaults
+        from hybridrl.utils.config_defaults import section_with_defaults
         from hybridrl.workers.rollout import build_rollout
 
         section = OmegaConf.create({"name": "hf", "dtype": dtype, "tensor_model_parallel_size": 1})

@@ -27,7 +27,7 @@ def actor_rollout_ref_config(model_path: str, shape: BatchShape, *extra: str) ->
     ``+...mixed_precision.param_dtype=bf16`` is verl's GPU default already; it is written out so the CPU dry run
     takes the same bf16 path.
     """
-    from hybridrl.utils.config import compose_config
+    from hybridrl.config import compose_config
 
     overrides = [
         f"actor_rollout_ref.model.path={model_path}",

@@ -87,7 +87,7 @@ def test_plan_command(tmp_path):
         "100",
         "trainer.n_gpus_per_node=2",
     ]
-    result = _run(["hybridrl.utils.config.plan", *args], tmp_path)
+    result = _run(["hybridrl.config.plan", *args], tmp_path)
     # the defaults leave micro-batches unset: the plan prints, the problems follow, exit 1
     assert "samples per step" in result.stdout and "steps per epoch" in result.stdout
     assert result.returncode == 1 and "ppo_micro_batch_size_per_gpu" in result.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from hybridrl.utils.config import (
+from hybridrl.config import (
     CONFIG_NAMES,
     HYBRIDRL_CONFIG_NAMES,
     allowed_additions,

@@ -72,7 +72,7 @@ def test_wheel_carries_configs_and_config_dir_finds_them(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}  # before the editable checkout on sys.path
-    probe = "import hybridrl.utils.config as c; print(c.config_dir()); print(c.__file__)"
+    probe = "import hybridrl.config as c; print(c.config_dir()); print(c.__file__)"
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=outside, env=env, capture_output=True, text=True, timeout=60
     )

@@ -65,8 +65,8 @@ def test_export_prints_a_loadable_hf_folder_with_the_trained_weights(trained_che
     command = lines[1].removeprefix("[quickstart] try it: ")
     words = shlex.split(command)
     assert words[:3] == ["python", "-m", "hybridrl.serve"] and f"model.path={link}" in words
+    from hybridrl.config import compose_config
     from hybridrl.serve import check_serve_config
-    from hybridrl.utils.config import compose_config
 
     check_serve_config(compose_config("serve", words[3:]))
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from hybridrl.config import validate_config
 from hybridrl.protocol import DataProto
 from hybridrl.recipes.config import compose_recipe_config
 from hybridrl.trainer.ppo.batch_advantage import compute_advantage
 from hybridrl.trainer.ppo.core_algos import get_policy_loss_fn
-from hybridrl.utils.config import validate_config
 
 RECIPES = Path(__file__).resolve().parents[2] / "hybridrl" / "recipes"
 LENGTHS = [3, 2, 3, 1, 3, 3, 2, 3]

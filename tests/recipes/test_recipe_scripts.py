@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from omegaconf import OmegaConf
 
-from hybridrl.utils.config import validate_config
+from hybridrl.config import validate_config
 from tests.recipes.cli import RECIPES
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ import pytest
 import torch
 from serving_testlib import ListRecorder, make_app, openai_client
 
+from hybridrl.config import compose_config
 from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
 from hybridrl.serve import build_engine, served_model_name
 from hybridrl.serving import ServeLimits
-from hybridrl.utils.config import compose_config
 from hybridrl.workers.rollout.async_server import build_async_server
 
 MESSAGES = [{"role": "user", "content": "What is the sum of 7 and 8?"}]

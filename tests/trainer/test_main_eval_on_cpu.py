@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from hybridrl.trainer.main_eval import evaluate, score_rows
-from hybridrl.utils.config.paths import config_dir
+from hybridrl.utils.config_files import config_dir
 
 
 @pytest.fixture()

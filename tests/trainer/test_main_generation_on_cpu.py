@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from hybridrl.utils.config.paths import config_dir
+from hybridrl.utils.config_files import config_dir
 
 PROMPTS = ["What is 1 + 2?", "What is 7 * 8?", "hello"]
 

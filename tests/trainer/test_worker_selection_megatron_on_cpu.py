@@ -7,10 +7,10 @@ import warnings
 
 import pytest
 
+from hybridrl.config import ConfigError, prepare_cli_argv
+from hybridrl.config.worker_classes import WORKER_CLASSES, import_worker_class
 from hybridrl.trainer.ppo.roles import Role
 from hybridrl.trainer.ppo.task_runner import build_role_mapping
-from hybridrl.utils.config import ConfigError, prepare_cli_argv
-from hybridrl.utils.config.worker_classes import WORKER_CLASSES, import_worker_class
 from tests.config_testlib import compose_config
 
 

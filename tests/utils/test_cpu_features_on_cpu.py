@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from hybridrl.utils.config.checks_env import warn_bf16_without_cpu_support
-from hybridrl.utils.config.errors import ConfigWarning
+from hybridrl.config.checks_env import warn_bf16_without_cpu_support
+from hybridrl.config.errors import ConfigWarning
 from hybridrl.utils.cpu_features import has_native_bf16, parse_cpu_flags
 from tests.config_testlib import compose_config
 
@@ -34,7 +34,7 @@ def _cpu_config(*overrides: str):
 
 
 def test_bf16_rollout_on_a_cpu_without_bf16_units_warns_with_the_fix(monkeypatch):
-    monkeypatch.setattr("hybridrl.utils.config.errors._warned", set())  # warn_once: another test may have warned
+    monkeypatch.setattr("hybridrl.config.errors._warned", set())  # warn_once: another test may have warned
     config = _cpu_config("actor_rollout_ref.rollout.dtype=bfloat16")
     with pytest.warns(ConfigWarning, match=r"actor_rollout_ref\.rollout\.dtype=float32"):
         keys = warn_bf16_without_cpu_support(config, native_bf16=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from config_testlib import compose_section
 
-from hybridrl.utils.config.worker_plan import standalone_batch_plan
+from hybridrl.config.worker_plan import standalone_batch_plan
 
 ACTOR_CHECKS = ["actor_rollout_ref.actor.", "actor_rollout_ref.rollout.log_prob"]
 
@@ -86,7 +86,7 @@ def test_reward_model_micro_batch():
 def test_worker_section_is_detached_and_resolved():
     from omegaconf import OmegaConf
 
-    from hybridrl.utils.config.defaults import section_with_defaults
+    from hybridrl.utils.config_defaults import section_with_defaults
 
     root = OmegaConf.create({"critic": {"ppo_epochs": 1, "cliprange_value": "${critic.ppo_epochs}"}})
     section = section_with_defaults(root.critic, "critic")

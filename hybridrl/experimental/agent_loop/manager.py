@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import ray
 
+from hybridrl.config.checks_rollout import check_rollout_mode
+from hybridrl.config.errors import ConfigError
 from hybridrl.experimental.agent_loop.worker import ROW_OFFSET_KEY, AgentLoopWorker
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config.checks_rollout import check_rollout_mode
-from hybridrl.utils.config.errors import ConfigError
 
 __all__ = ["AgentLoopManager", "check_async_rollout"]
 

@@ -10,8 +10,7 @@ import warnings
 
 from omegaconf import DictConfig
 
-from hybridrl.trainer.main_ppo import run_ppo
-from hybridrl.utils.config import (
+from hybridrl.config import (
     ConfigError,
     ConfigProblem,
     collect_problems,
@@ -19,6 +18,7 @@ from hybridrl.utils.config import (
     format_batch_plan,
     hydra_entry,
 )
+from hybridrl.trainer.main_ppo import run_ppo
 
 # The YAML finds ppo_trainer through ``pkg://hybridrl.configs``, a namespace package Hydra calls "not available"
 # even though it loads from it.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from hybridrl.config import hydra_entry
 from hybridrl.recipes.online_dpo.main_online_dpo import check_dpo_config
 from hybridrl.trainer.main_ppo import run_ppo
-from hybridrl.utils.config import hydra_entry
 
 __all__ = ["main"]
 

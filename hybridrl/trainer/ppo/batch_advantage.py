@@ -21,7 +21,7 @@ from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.torch_functional import masked_mean
 
 __all__ = ["apply_kl_penalty", "compute_advantage", "compute_pf_ppo_reweight_data", "compute_response_mask"]

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from hybridrl.config import compute_batch_plan, format_batch_plan
 from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
@@ -65,8 +66,7 @@ from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
 from hybridrl.trainer.ppo.stages import TIMING_PREFIX, StageError, StepSettings, timed
 from hybridrl.trainer.ppo.validation import Validator, decode_responses, dump_generations
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups, actor_role, create_worker_groups, critic_has_own_pool
-from hybridrl.utils.config import compute_batch_plan, format_batch_plan
-from hybridrl.utils.config.defaults import with_defaults
+from hybridrl.utils.config_defaults import with_defaults
 from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 from hybridrl.utils.progress import StepProgress
 from hybridrl.utils.timer import simple_timer

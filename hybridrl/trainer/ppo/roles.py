@@ -4,7 +4,7 @@
 key: ``actor``, ``rollout``, ``actor_rollout``, ``critic``, ``ref``, ``rm``, ``actor_rollout_ref``.
 ``ResourcePoolManager`` turns ``{"global_pool": [n_gpus_per_node] * nnodes}`` into
 ``RayResourcePool`` objects, checks up front that the cluster can host all of them, and maps
-each role to its pool. ``need_critic`` / ``need_reference_policy`` (defined in ``hybridrl.utils.config.access``,
+each role to its pool. ``need_critic`` / ``need_reference_policy`` (defined in ``hybridrl.config.access``,
 which validation uses before Ray starts) are re-exported here with ``need_reward_model``.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from hybridrl.config.access import need_critic, need_reference_policy
 from hybridrl.single_controller.ray import RayResourcePool
 from hybridrl.single_controller.ray.errors import ResourceUnavailableError
-from hybridrl.utils.config.access import need_critic, need_reference_policy
 
 __all__ = ["ResourcePoolManager", "Role", "need_critic", "need_reference_policy", "need_reward_model"]
 

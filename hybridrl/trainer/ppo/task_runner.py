@@ -31,14 +31,14 @@ PPO_RAY_ENV_VARS = {
 def build_role_mapping(config: DictConfig) -> tuple[dict, dict, dict]:
     """Return ``(role_worker_mapping, resource_pool_spec, mapping)`` as verl 0.5's main_ppo builds them.
 
-    Worker classes follow each role's strategy (:mod:`hybridrl.utils.config.worker_classes`): the policy and its
+    Worker classes follow each role's strategy (:mod:`hybridrl.config.worker_classes`): the policy and its
     reference ``actor_rollout_ref.actor.strategy``, the critic ``critic.strategy``, the reward model
     ``reward_model.strategy``. With Megatron the reference lives in the policy worker (``Role.ActorRolloutRef``).
     """
     import ray
 
+    from hybridrl.config.worker_classes import REFERENCE_IN_POLICY_WORKER, import_worker_class
     from hybridrl.trainer.ppo.roles import Role, need_critic, need_reference_policy
-    from hybridrl.utils.config.worker_classes import REFERENCE_IN_POLICY_WORKER, import_worker_class
 
     actor_strategy = config.actor_rollout_ref.actor.strategy
     global_pool = "global_pool"

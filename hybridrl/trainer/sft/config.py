@@ -1,6 +1,6 @@
 """Validate an ``sft_trainer.yaml`` config and derive the per-rank batch plan (before any model is loaded).
 
-All problems are collected and raised together as one :class:`~hybridrl.utils.config.ConfigError`
+All problems are collected and raised together as one :class:`~hybridrl.config.ConfigError`
 naming the dotted key and the fix (STYLE §11).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hybridrl.utils.config import ConfigError, ConfigProblem, check_unsupported
+from hybridrl.config import ConfigError, ConfigProblem, check_unsupported
 
 SCHEDULERS = ("cosine", "constant")
 STRATEGIES = ("fsdp2", "fsdp")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 from hybridrl.utils.dataset.sft_dataset import SFTDataset
 from hybridrl.utils.import_utils import load_extern_type

@@ -30,7 +30,7 @@ from hybridrl.trainer.sft.data import build_dataset, build_train_loader, build_v
 from hybridrl.trainer.sft.forward import micro_batch_loss_sum
 from hybridrl.trainer.sft.loss import num_target_tokens
 from hybridrl.trainer.sft.parallel import build_layout, sum_over_dp_ranks
-from hybridrl.utils.config.defaults import with_defaults
+from hybridrl.utils.config_defaults import with_defaults
 from hybridrl.utils.device import current_device
 from hybridrl.workers import engine
 from hybridrl.workers.engine.lora import apply_lora, lora_enabled

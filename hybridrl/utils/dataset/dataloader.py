@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from hybridrl.utils.dataset.rl_dataset import create_rl_sampler
 

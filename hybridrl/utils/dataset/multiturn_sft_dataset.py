@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from hybridrl.utils import torch_functional as verl_F
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import normalize_data_files, read_parquet_rows
 from hybridrl.utils.dataset.sft_dataset import pad_or_truncate_right
 

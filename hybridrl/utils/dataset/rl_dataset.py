@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 
 from hybridrl.utils import torch_functional as verl_F
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import check_chat_column, normalize_data_files, read_parquet_rows
 
 if TYPE_CHECKING:

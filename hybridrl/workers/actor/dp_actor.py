@@ -38,11 +38,11 @@ from hybridrl.algos.aggregation import agg_loss
 from hybridrl.algos.kl import kl_penalty
 from hybridrl.algos.params import policy_loss_params
 from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, resolve_policy_loss
+from hybridrl.config.batch_plan import ForwardPlan, RolePlan
+from hybridrl.config.errors import warn_once
+from hybridrl.config.worker_plan import update_split
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
-from hybridrl.utils.config.defaults import section_with_defaults
-from hybridrl.utils.config.errors import warn_once
-from hybridrl.utils.config.worker_plan import update_split
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.logprob_fused import token_logprobs
 from hybridrl.utils.py_functional import append_to_dict

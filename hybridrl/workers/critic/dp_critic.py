@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from hybridrl.algos.value_loss import clipped_value_loss
+from hybridrl.config.batch_plan import ForwardPlan, RolePlan
+from hybridrl.config.worker_plan import update_split
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config.batch_plan import ForwardPlan, RolePlan
-from hybridrl.utils.config.defaults import section_with_defaults
-from hybridrl.utils.config.worker_plan import update_split
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean

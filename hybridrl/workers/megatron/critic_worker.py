@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybridrl.config.batch_plan import CriticWorkerPlan
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
-from hybridrl.utils.config.batch_plan import CriticWorkerPlan
 from hybridrl.workers import engine
 from hybridrl.workers.critic_worker import CriticWorker
 from hybridrl.workers.megatron.actor import MegatronOptimizerHandle

@@ -22,9 +22,9 @@ from typing import Any
 
 from torch import nn
 
+from hybridrl.config.batch_plan import ForwardPlan
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
-from hybridrl.utils.config.batch_plan import ForwardPlan
 from hybridrl.workers.megatron.offload import MegatronOffload, OffloadFlags
 from hybridrl.workers.megatron.parallel import init_megatron_parallel
 from hybridrl.workers.megatron.value_model import build_value_model

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from hybridrl.config.batch_plan import PolicyWorkerPlan
 from hybridrl.protocol import DataProto
 from hybridrl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
-from hybridrl.utils.config.batch_plan import PolicyWorkerPlan
 from hybridrl.workers.actor_rollout_ref_worker import ActorRolloutRefWorker
 from hybridrl.workers.megatron.actor import MegatronOptimizerHandle, MegatronPPOActor
 from hybridrl.workers.megatron.engine import (

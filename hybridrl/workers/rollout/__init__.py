@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config.defaults import section_with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.workers.engine.lora import unwrap_peft
 from hybridrl.workers.rollout import build_rollout
 from hybridrl.workers.rollout.base import BaseRollout, LoRAAdapterRejected

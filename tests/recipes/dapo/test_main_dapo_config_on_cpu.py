@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from hybridrl.config import ConfigError
 from hybridrl.recipes.config import DAPO_CONFIG_DIR, compose_recipe_config
 from hybridrl.recipes.dapo.main_dapo import dapo_problems
-from hybridrl.utils.config import ConfigError
 
 
 def test_dapo_trainer_yaml_selects_dapo():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from hybridrl.utils.config.checks_async import check_async_modes
-from hybridrl.utils.config.validate import collect_problems
+from hybridrl.config.checks_async import check_async_modes
+from hybridrl.config.validate import collect_problems
 from tests.config_testlib import compose_config
 
 SEPARATE = ["trainer.v1.trainer_mode=separate_async", "actor_rollout_ref.rollout.nnodes=1",
@@ -68,6 +68,6 @@ def test_validate_config_runs_the_checks():
 
 
 def test_checks_do_not_import_torch():
-    code = ("import sys; import hybridrl.utils.config.checks_async; "
+    code = ("import sys; import hybridrl.config.checks_async; "
             "assert 'torch' not in sys.modules, 'checks_async imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from hybridrl.config import compose_config
 from hybridrl.experimental.dataset.sampler import AbstractCurriculumSampler
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
-from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import R as RESPONSE_LENGTH
 from tests.recipes.fakes import make_trainer
 from tests.utils.dataset.test_create_rl_sampler_on_cpu import SAMPLER_FILE  # ReversedCurriculum: last prompt first

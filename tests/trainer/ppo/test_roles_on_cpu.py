@@ -36,7 +36,7 @@ def test_need_critic_follows_critic_enable_then_estimator():
 def test_the_disabled_critic_warning_shows_once_per_process_under_the_default_filter():
     import warnings
 
-    from hybridrl.utils.config import access
+    from hybridrl.config import access
 
     grpo = _cfg(**{"algorithm.adv_estimator": "grpo"})
     with warnings.catch_warnings(record=True) as seen:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from hybridrl.config import compose_config
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.stages import StepSettings
-from hybridrl.utils.config import compose_config
 
 SECTION = "algorithm.rollout_correction"
 # π_old / π_rollout per token: [[0.5, 1, 4], [1.5, 3, (padding)]], as in tests/algos/test_rollout_correction_on_cpu.py

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from hybridrl.config import compose_config
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import stages
 from hybridrl.trainer.ppo.core_algos import get_kl_controller
 from hybridrl.trainer.ppo.ppo_update import PPOUpdate
 from hybridrl.trainer.ppo.stages import StageError, StepSettings
 from hybridrl.trainer.ppo.worker_groups import WorkerGroups
-from hybridrl.utils.config import compose_config
 from tests.recipes.fakes import FakeActorRolloutWG, R
 
 EOS, PAD = 2, 0

@@ -2,8 +2,8 @@
 
 import pytest
 
+from hybridrl.config import ConfigError, compose_config
 from hybridrl.trainer.sft.config import plan_batches, scheduler_config, validate_sft_config
-from hybridrl.utils.config import ConfigError, compose_config
 
 
 def _config(*overrides):

@@ -55,9 +55,9 @@ def _full(param: torch.Tensor) -> torch.Tensor:
 
 
 def _one_step(overrides: list[str]) -> dict:
+    from hybridrl.config import compose_config
     from hybridrl.trainer.sft.config import validate_sft_config
     from hybridrl.trainer.sft.trainer import FSDPSFTTrainer
-    from hybridrl.utils.config import compose_config
 
     config = compose_config("sft_trainer", overrides)
     validate_sft_config(config)

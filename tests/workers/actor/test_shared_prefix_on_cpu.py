@@ -259,8 +259,8 @@ def test_fsdp_actor_update_equals_the_padded_actor(tiny_model_dir, make_actor_co
 def test_config_refuses_shared_prefix_with_packing():
     from config_testlib import compose_config
 
-    from hybridrl.utils.config.errors import ConfigError
-    from hybridrl.utils.config.validate import validate_config
+    from hybridrl.config.errors import ConfigError
+    from hybridrl.config.validate import validate_config
 
     config = compose_config("ppo_trainer", ["actor_rollout_ref.model.share_prompt_prefix=True",
                           "actor_rollout_ref.model.use_remove_padding=True"])

@@ -1,0 +1,70 @@
+"""Fill the keys a config lacks from the shipped YAML, once, where a config enters the program.
+
+A config may predate a key (a YAML saved from an older version, a section built in Python by user code, a
+verl config): every loader and every worker constructor passes it through here, so the rest of the code
+reads every YAML key by attribute (``cfg.actor.clip_ratio_c``) and never restates a default.
+
+    with_defaults(config)                                  full tree:  YAML ⊕ user (user wins)
+    section_with_defaults(section, "actor_rollout_ref")    one section, resolved and detached
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from hybridrl.utils.config_files import load_config
+
+__all__ = ["section_with_defaults", "tree_with_section", "with_defaults"]
+
+
+@functools.cache
+def _shipped(name: str) -> DictConfig:
+    """``configs/<name>.yaml`` as loaded (cached: callers take a copy)."""
+    return load_config(name)
+
+
+def _shipped_copy(name: str) -> DictConfig:
+    tree = copy.deepcopy(_shipped(name))
+    OmegaConf.set_struct(tree, False)
+    return tree
+
+
+def with_defaults(config: DictConfig | Mapping[str, Any], name: str = "ppo_trainer") -> DictConfig:
+    """The whole tree with every key of ``<name>.yaml`` it lacks filled in (struct mode, as Hydra composes).
+
+    Values the user set win; keys the YAML does not have are kept; interpolations stay unresolved.
+    """
+    merged = OmegaConf.merge(_shipped_copy(name), config)
+    assert isinstance(merged, DictConfig)
+    OmegaConf.set_struct(merged, True)
+    return merged
+
+
+def tree_with_section(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:
+    """The shipped tree of ``<name>.yaml`` (not struct) with ``section`` merged in at dotted ``path``, resolved."""
+    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
+    tree = _shipped_copy(name)
+    OmegaConf.update(tree, path, values, merge=True)
+    return tree
+
+
+def section_with_defaults(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:
+    """The section at dotted ``path`` of ``<name>.yaml``, overlaid with ``section``: resolved, detached, writable.
+
+    Args:
+        section: the user's section (a DictConfig node of a full tree, a bare DictConfig or a dict).
+        path: where the section lives in the YAML, e.g. ``"actor_rollout_ref"`` or ``"critic"``.
+        name: the config file.
+
+    Interpolations of the section resolve against the user's tree when ``section`` is part of one, and
+    the keys it lacks take their YAML values (interpolated against the shipped defaults of other sections).
+    """
+    node = OmegaConf.select(tree_with_section(section, path, name), path)
+    filled = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
+    assert isinstance(filled, DictConfig)
+    return filled

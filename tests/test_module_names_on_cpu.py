@@ -30,6 +30,8 @@ ALLOWED_DUPLICATES: dict[str, str] = {
     "offload.py": "engine siblings: parameter / optimizer offload on FSDP and on Megatron",
     "parallel.py": "trainer / engine siblings: the parallel layout (device mesh, groups) of SFT and of Megatron",
     "reward_model_worker.py": "engine siblings: the reward-model worker on FSDP and on Megatron",
+    "sampler.py": "verl's path of the custom-sampler base classes: experimental/dataset/sampler re-exports "
+    "utils/dataset/sampler (the data layer's, below the trainer)",
     "tool_registry.py": "verl's two import paths of the tool registry (tools.utils.tool_registry re-exports)",
     "worker.py": "a Ray worker class of its package: the SPMD base Worker (verl's path), the Megatron policy "
     "worker, the agent-loop worker",

@@ -2,12 +2,11 @@
 and the meta-info merge behind ``DataProto.concat`` (per-worker metrics and timings are gathered).
 
 All public names are re-exported from :mod:`hybridrl.protocol` (verl keeps them in ``verl/protocol.py``;
-``union_two_dict`` lives in ``verl.utils.py_functional`` there).
+``union_two_dict`` lives in ``verl.utils.py_functional`` there, and here too).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import torch
 from tensordict import TensorDict
 
 from hybridrl.protocol.checks import require
+from hybridrl.utils.py_functional import deep_equal, union_two_dict
 
 __all__ = [
     "list_of_dict_to_dict_of_list",
@@ -56,51 +56,18 @@ def union_tensor_dict(tensor_dict1: TensorDict, tensor_dict2: TensorDict) -> Ten
     return tensor_dict1
 
 
-def _deep_equal(a: Any, b: Any) -> bool:
-    """Equality that treats NaN == NaN, recurses into object arrays/lists/dicts and compares tensors."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, np.ndarray):
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return False
-        if a.dtype != object:
-            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-        return all(_deep_equal(x, y) for x, y in zip(a.flat, b.flat))
-    if isinstance(a, torch.Tensor):
-        return a.shape == b.shape and bool(torch.equal(a, b))
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(_deep_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_deep_equal(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
 def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Add the arrays of ``tensor_dict2`` to ``tensor_dict1`` (in place); shared keys must be deep-equal."""
     for key, val in tensor_dict2.items():
         if key in tensor_dict1:
             require(isinstance(val, np.ndarray), f"union: non_tensor_batch['{key}'] must be a numpy array")
             require(
-                _deep_equal(tensor_dict1[key], val),
+                deep_equal(tensor_dict1[key], val),
                 f"union: conflicting values for non_tensor_batch key '{key}' "
                 f"({_describe(tensor_dict1[key])} vs {_describe(val)})",
             )
         tensor_dict1[key] = val
     return tensor_dict1
-
-
-def union_two_dict(dict1: dict[str, Any], dict2: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``dict2`` into ``dict1`` (in place); shared keys must be equal (meta_info union)."""
-    for key, val in dict2.items():
-        if key in dict1:
-            require(
-                _deep_equal(dict1[key], val),
-                f"union: conflicting values for meta_info key '{key}': {dict1[key]!r} vs {val!r}",
-            )
-        dict1[key] = val
-    return dict1
 
 
 def list_of_dict_to_dict_of_list(list_of_dict: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -142,7 +109,7 @@ def merge_meta_info(meta_infos: list[dict[str, Any]]) -> dict[str, Any]:
                 timings.append(value)
             elif key in merged:
                 require(
-                    _deep_equal(merged[key], value),
+                    deep_equal(merged[key], value),
                     f"concat: conflicting values for meta_info key '{key}': {merged[key]!r} vs {value!r}",
                 )
             else:

@@ -3,7 +3,8 @@
 What lives here, as in verl:
     timeout_limit            run a function with a time limit (child process by default, SIGALRM on request)
     append_to_dict           ``{k: [v1, v2]}`` metric accumulation
-    union_two_dict           merge two dicts whose shared keys must agree (home: ``hybridrl.protocol``)
+    union_two_dict           merge two dicts whose shared keys must agree (DataProto's meta_info union)
+    deep_equal               equality through containers, numpy arrays and tensors, NaN == NaN
     NestedNamespace          attribute access into nested dicts
     DynamicEnumMeta/DynamicEnum  an enum whose members are added at runtime (``Dispatch``, ``Execute``)
     temp_env_var             set an environment variable for the duration of a ``with`` block
@@ -12,11 +13,13 @@ What lives here, as in verl:
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import pickle
 import queue
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -29,9 +32,10 @@ __all__ = [
     "NestedNamespace",
     "append_to_dict",
     "convert_to_regular_types",
+    "deep_equal",
     "temp_env_var",
     "timeout_limit",
-    "union_two_dict",  # noqa: F822  (module __getattr__ below)
+    "union_two_dict",
 ]
 
 # How long a timed-out child gets to exit after SIGTERM, and how long the parent waits for a finished
@@ -194,14 +198,44 @@ def temp_env_var(key: str, value: str) -> Iterator[None]:
             os.environ[key] = original
 
 
-def __getattr__(name: str) -> Any:
-    # union_two_dict is the DataProto meta_info merge: its home is the protocol; imported on first use so
-    # that this module stays free of torch.
-    if name == "union_two_dict":
-        from hybridrl.protocol import union_two_dict
+def deep_equal(a: Any, b: Any) -> bool:
+    """Equality that treats NaN == NaN, recurses into object arrays/lists/dicts and compares tensors.
 
-        return union_two_dict
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    numpy and torch are looked up in ``sys.modules``, not imported: a value that is an array or a tensor
+    means its library is loaded, so this module stays free of both.
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(a, np.ndarray):
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.dtype != object:
+            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        return all(deep_equal(x, y) for x, y in zip(a.flat, b.flat))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(deep_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def union_two_dict(dict1: dict[str, Any], dict2: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``dict2`` into ``dict1`` (in place); shared keys must be equal (meta_info union).
+
+    Raises:
+        AssertionError: a shared key holds different values (as verl's assert; kept under ``python -O``).
+    """
+    for key, val in dict2.items():
+        if key in dict1 and not deep_equal(dict1[key], val):
+            raise AssertionError(f"union: conflicting values for meta_info key '{key}': {dict1[key]!r} vs {val!r}")
+        dict1[key] = val
+    return dict1
 
 
 # ---------------------------------------------------------------------------

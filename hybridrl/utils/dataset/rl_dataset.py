@@ -28,6 +28,7 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler
 from hybridrl.utils import torch_functional as verl_F
 from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.dataset.parquet_io import check_chat_column, normalize_data_files, read_parquet_rows
+from hybridrl.utils.dataset.sampler import AbstractSampler
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -219,7 +220,6 @@ def _custom_sampler(data_config: DictConfig, sampler_cfg: DictConfig, dataset: D
 
     The checks raise AssertionError, as verl's asserts do (kept under ``python -O``).
     """
-    from hybridrl.experimental.dataset.sampler import AbstractSampler
     from hybridrl.utils.import_utils import load_extern_type
 
     cls = load_extern_type(sampler_cfg["class_path"], sampler_cfg["class_name"], key="data.sampler.class_path")

@@ -3,6 +3,8 @@
     python -m <entry point> key=value ...
       ──► override keys checked against a shipped YAML (unknown key -> the closest valid key)   [override_keys]
       ──► Hydra composes <config_name>.yaml (``--cfg job`` prints the tree and stops)
+      ──► the keys it lacks filled from the YAML of override_keys, once (marked filled: the trainer,
+          the workers and the datasets take it as it is)                                      [override_keys]
       ──► check(config): every problem at once, or ConfigError printed to stderr and exit 1
       ──► run(config)
 
@@ -72,7 +74,12 @@ def hydra_entry(
         and ``run``'s result returned.
     """
 
+    def enter(config: DictConfig) -> DictConfig:
+        # where a config enters: a composed tree, or one saved by an older version, gets the keys it lacks
+        return config if override_keys is None else with_defaults(config, override_keys)
+
     def task(config: DictConfig) -> None:
+        config = enter(config)
         if check is not None:
             try:
                 check(config)
@@ -89,8 +96,7 @@ def hydra_entry(
 
     def main(config: DictConfig | None = None) -> Any:
         if config is not None:
-            if override_keys is not None:  # a config saved by an older version gets the keys it lacks
-                config = with_defaults(config, override_keys)
+            config = enter(config)
             if check is not None:
                 check(config)
             return run(config)

@@ -1,11 +1,16 @@
 """Fill the keys a config lacks from the shipped YAML, once, where a config enters the program.
 
 A config may predate a key (a YAML saved from an older version, a section built in Python by user code, a
-verl config): every loader and every worker constructor passes it through here, so the rest of the code
-reads every YAML key by attribute (``cfg.actor.clip_ratio_c``) and never restates a default.
+verl config): the entry points (the CLI, ``RayPPOTrainer``, the SFT trainer) and the public constructors
+verl users call (the workers, the datasets) pass it through here, so the rest of the code reads every YAML
+key by attribute (``cfg.actor.clip_ratio_c``) and never restates a default.
 
     with_defaults(config)                                  full tree:  YAML ⊕ user (user wins)
     section_with_defaults(section, "actor_rollout_ref")    one section, resolved and detached
+
+A filled config is marked (a flag on each of its OmegaConf nodes, kept by copies, merges and pickling), so the next constructor it reaches does not merge the YAML again:
+``with_defaults`` returns a filled tree as it is, ``section_with_defaults`` only resolves and detaches a
+filled section. Inner classes (``DataParallelPPOActor``, the rollout factory, ...) take filled configs.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.utils.config_files import load_config
 
-__all__ = ["section_with_defaults", "tree_with_section", "with_defaults"]
+__all__ = ["is_filled", "section_with_defaults", "tree_with_section", "with_defaults"]
 
 
 @functools.cache
@@ -34,15 +39,40 @@ def _shipped_copy(name: str) -> DictConfig:
     return tree
 
 
+def _flag(path: str, name: str) -> str:
+    return f"hybridrl_filled:{name}:{path}"
+
+
+def _mark(config: DictConfig, path: str, name: str) -> DictConfig:
+    """Flag ``config`` as filled at dotted ``path`` of ``<name>.yaml``, and each of its sections at theirs (a
+    section replaced later is a new node, without the flag)."""
+    config._set_flag(_flag(path, name), True)
+    for key in config.keys():
+        child = config._get_node(key)
+        if isinstance(child, DictConfig):
+            _mark(child, f"{path}.{key}" if path else str(key), name)
+    return config
+
+
+def is_filled(config: Any, path: str = "", name: str = "ppo_trainer") -> bool:
+    """Whether ``config`` already has every key of the section at dotted ``path`` of ``<name>.yaml`` (``""``: the
+    whole tree): it came out of :func:`with_defaults` / :func:`section_with_defaults`, or is a copy or a section
+    of what did. The ``ref`` section of a filled tree is filled as ``actor_rollout_ref.ref``, not as the actor."""
+    return isinstance(config, DictConfig) and bool(config._get_node_flag(_flag(path, name)))
+
+
 def with_defaults(config: DictConfig | Mapping[str, Any], name: str = "ppo_trainer") -> DictConfig:
     """The whole tree with every key of ``<name>.yaml`` it lacks filled in (struct mode, as Hydra composes).
 
-    Values the user set win; keys the YAML does not have are kept; interpolations stay unresolved.
+    Values the user set win; keys the YAML does not have are kept; interpolations stay unresolved. A tree
+    filled before is returned as it is.
     """
+    if is_filled(config, "", name):
+        return config  # type: ignore[return-value]
     merged = OmegaConf.merge(_shipped_copy(name), config)
     assert isinstance(merged, DictConfig)
     OmegaConf.set_struct(merged, True)
-    return merged
+    return _mark(merged, "", name)
 
 
 def tree_with_section(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:
@@ -63,8 +93,10 @@ def section_with_defaults(section: Any, path: str, name: str = "ppo_trainer") ->
 
     Interpolations of the section resolve against the user's tree when ``section`` is part of one, and
     the keys it lacks take their YAML values (interpolated against the shipped defaults of other sections).
+    A filled section (:func:`is_filled`) has no key to take: it is only resolved and detached.
     """
-    node = OmegaConf.select(tree_with_section(section, path, name), path)
+    filled_before = is_filled(section, path, name)
+    node = section if filled_before else OmegaConf.select(tree_with_section(section, path, name), path)
     filled = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
     assert isinstance(filled, DictConfig)
-    return filled
+    return _mark(filled, path, name)

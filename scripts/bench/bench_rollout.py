@@ -126,6 +126,7 @@ def build_engine(engine: str, model_dir: str, dtype: str, args, tokenizer):
     """The rollout handle of ``engine``; ``hf_before`` is ``hf`` with the decode loop's optimisations of issue 22
     off (transformers' DynamicCache, multinomial draw, plain head): the engine as it was, measured in the same run;
     ``hf_multinomial`` / ``hf_plain_head`` turn one optimisation off (``decoding.DecodeOptions``)."""
+    from hybridrl.utils.config_defaults import section_with_defaults
     from hybridrl.workers.engine import load_hf_config
     from hybridrl.workers.rollout.decoding import DecodeOptions
     from hybridrl.workers.sharding_manager import build_rollout_handle
@@ -149,9 +150,9 @@ def build_engine(engine: str, model_dir: str, dtype: str, args, tokenizer):
             "enforce_eager": True,
         }
     )
-    handle = build_rollout_handle(
-        cfg,
-        OmegaConf.create({"path": model_dir}),
+    handle = build_rollout_handle(  # the factory takes filled sections, as a worker's
+        section_with_defaults(cfg, "actor_rollout_ref.rollout"),
+        section_with_defaults(OmegaConf.create({"path": model_dir}), "actor_rollout_ref.model"),
         tokenizer=tokenizer,
         hf_config=load_hf_config(model_dir),
         actor_module=None,

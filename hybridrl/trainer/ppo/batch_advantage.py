@@ -21,7 +21,7 @@ from hybridrl.algos.kl import KLController
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator
-from hybridrl.utils.config_defaults import section_with_defaults
+from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.torch_functional import masked_mean
 
 __all__ = ["apply_kl_penalty", "compute_advantage", "compute_pf_ppo_reweight_data", "compute_response_mask"]
@@ -102,7 +102,8 @@ def compute_advantage(
     batch["advantages"] = advantages
     batch["returns"] = returns
     if adv_estimator == AdvantageEstimator.GAE and config is not None:
-        algorithm = section_with_defaults(config, "algorithm")  # verl's config is optional and may be partial
+        # the trainer's section is filled; verl's config is optional and may be partial (filled here)
+        algorithm = config if is_filled(config, "algorithm") else section_with_defaults(config, "algorithm")
         if algorithm.use_pf_ppo:
             data = compute_pf_ppo_reweight_data(data, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
     return data

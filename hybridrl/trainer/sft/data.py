@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 from hybridrl.utils.dataset.sft_dataset import SFTDataset
 from hybridrl.utils.import_utils import load_extern_type
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 def dataset_class(data_config: DictConfig) -> type:
     """``data.custom_cls`` if set, else MultiTurnSFTDataset when ``data.multiturn.enable``, else SFTDataset."""
-    data_config = section_with_defaults(data_config, "data", "sft_trainer")
     custom = data_config.get("custom_cls", None) or {}
     if custom.get("path"):
         cls = load_extern_type(custom["path"], str(custom.get("name")), key="data.custom_cls.path")

@@ -42,7 +42,7 @@ from hybridrl.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.config.errors import warn_once
 from hybridrl.config.worker_plan import update_split
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config_defaults import section_with_defaults
+from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.logprob_fused import token_logprobs
 from hybridrl.utils.py_functional import append_to_dict
@@ -147,7 +147,9 @@ class DataParallelPPOActor(BasePPOActor):
         log_prob: ForwardPlan | None = None,
         temperature: float | None = None,
     ) -> None:
-        super().__init__(section_with_defaults(config, "actor_rollout_ref.actor"))
+        # the worker's section is filled already; one built by hand (verl's unit tests) is filled here
+        path = "actor_rollout_ref.actor"
+        super().__init__(config if is_filled(config, path) else section_with_defaults(config, path))
         config = self.config
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer

@@ -22,7 +22,7 @@ from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.config.worker_plan import update_split
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config_defaults import section_with_defaults
+from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean
@@ -61,7 +61,8 @@ class DataParallelPPOCritic(BasePPOCritic):
         update: RolePlan | None = None,
         values: ForwardPlan | None = None,
     ) -> None:
-        super().__init__(section_with_defaults(config, "critic"))
+        # the worker's section is filled already; one built by hand (verl's unit tests) is filled here
+        super().__init__(config if is_filled(config, "critic") else section_with_defaults(config, "critic"))
         config = self.config
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 
@@ -88,16 +87,15 @@ def build_rollout(
     """Build the engine named by ``rollout.name`` (EOS/pad ids from the tokenizer, seed offset by rank).
 
     Args:
-        rollout_config: ``actor_rollout_ref.rollout``.
-        model_config: ``actor_rollout_ref.model`` (``path``, ``trust_remote_code``, ...).
+        rollout_config: ``actor_rollout_ref.rollout``, filled (every key of the YAML: the worker's section, or
+            :func:`~hybridrl.utils.config_defaults.section_with_defaults` of one built by hand).
+        model_config: ``actor_rollout_ref.model`` (``path``, ``trust_remote_code``, ...), filled too.
         tokenizer: the actor's tokenizer (EOS / pad ids).
         hf_config: the actor's HF config (with ``override_config`` applied).
         actor_module: the FSDP-wrapped or plain training module to follow; None: the engine loads
             ``model.path`` itself and never syncs (offline generation).
         device_name: ``cpu`` or ``cuda``.
     """
-    rollout_config = section_with_defaults(rollout_config, "actor_rollout_ref.rollout")
-    model_config = section_with_defaults(model_config, "actor_rollout_ref.model")
     name = rollout_config.name
     if name not in ROLLOUT_REGISTRY:
         raise ValueError(

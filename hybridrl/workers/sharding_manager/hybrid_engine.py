@@ -31,7 +31,6 @@ import torch
 from torch import nn
 
 from hybridrl.protocol import DataProto
-from hybridrl.utils.config_defaults import section_with_defaults
 from hybridrl.workers.engine.lora import unwrap_peft
 from hybridrl.workers.rollout import build_rollout
 from hybridrl.workers.rollout.base import BaseRollout, LoRAAdapterRejected
@@ -228,7 +227,6 @@ def build_rollout_handle(
 ) -> RolloutHandle:
     """The engine named by ``rollout.name`` (:func:`hybridrl.workers.rollout.build_rollout`, same arguments)
     inside the handle that keeps it in step with ``actor_module``."""
-    rollout_config = section_with_defaults(rollout_config, "actor_rollout_ref.rollout")
     engine = build_rollout(
         rollout_config,
         model_config,

@@ -271,6 +271,11 @@ def test_only_recipes_import_recipes():
     assert not wrong, f"module-level imports of hybridrl.recipes from the package: {wrong}"
 
 
+_CLASS_PATH = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
+# the shipped YAML files, a data package every layer may read
+CONFIGS_PACKAGE = f"{PACKAGE}.configs"
+
+
 def _string_class_paths(path: Path) -> Iterator[str]:
     """String constants (docstrings aside) that are a whole dotted ``hybridrl.`` path, ``"module"`` or
     ``"module:Class"``: what ``importlib`` / ``load_extern_type`` would resolve at run time."""
@@ -287,9 +292,6 @@ def _string_class_paths(path: Path) -> Iterator[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             if _CLASS_PATH.fullmatch(node.value):
                 yield node.value
-
-
-_CLASS_PATH = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
 
 
 def test_utils_import_only_utils():
@@ -310,7 +312,7 @@ def test_utils_import_only_utils():
         for module, file in sorted(files.items())
         if _in(module, f"{PACKAGE}.utils")
         for path in _string_class_paths(file)
-        if not _in(path.partition(":")[0], f"{PACKAGE}.utils")
+        if not any(_in(path.partition(":")[0], allowed) for allowed in (f"{PACKAGE}.utils", CONFIGS_PACKAGE))
     ]
     assert not by_string, f"utils name modules above them as strings: {by_string}"
 
@@ -318,7 +320,15 @@ def test_utils_import_only_utils():
 # config -> algos: the ``algorithm.rollout_correction`` grammar (options, thresholds) is parsed by the math's own
 # torch-free parser, so a config that validates is one the driver and the actor can run; a copy in config would be a
 # second parser to keep in sync, and moving it into config would make the pure math import the config system.
-CONFIG_MAY_IMPORT = (f"{PACKAGE}.config", f"{PACKAGE}.utils", f"{PACKAGE}.algos.rollout_correction_config")
+CONFIG_MAY_IMPORT = (
+    f"{PACKAGE}.config",
+    f"{PACKAGE}.utils",
+    CONFIGS_PACKAGE,
+    f"{PACKAGE}.algos.rollout_correction_config",
+)
+# The one config module naming classes above it: the table of worker classes per training strategy (``"module:Class"``
+# strings). The trainer imports the class it selects; the config checks only ask whether a module is installed.
+CONFIG_NAMES_WORKER_CLASSES = {f"{PACKAGE}.config.worker_classes"}
 
 
 def test_config_imports_only_utils():
@@ -334,6 +344,15 @@ def test_config_imports_only_utils():
         where = "inside functions" if functions else "at module level"
         assert not wrong, f"hybridrl.config imports {where} outside {CONFIG_MAY_IMPORT}: {wrong}"
     assert import_graph()[f"{PACKAGE}.algos"] == set(), "the algos package __init__ config runs imports nothing"
+    files = module_files()
+    by_string = [
+        (module, path)
+        for module, file in sorted(files.items())
+        if _in(module, f"{PACKAGE}.config") and module not in CONFIG_NAMES_WORKER_CLASSES
+        for path in _string_class_paths(file)
+        if not any(_in(path.partition(":")[0], allowed) for allowed in CONFIG_MAY_IMPORT)
+    ]
+    assert not by_string, f"hybridrl.config names modules outside {CONFIG_MAY_IMPORT} as strings: {by_string}"
 
 
 def test_single_controller_imports_only_protocol_and_utils():

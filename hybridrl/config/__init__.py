@@ -1,7 +1,10 @@
-"""The config tree: load/compose the YAMLs, validate them, resolve the batch plan; the entry points' ``main``.
+"""The config system: compose the YAMLs with overrides, validate them, resolve the batch plan, preflight the
+files; the entry points' ``main`` (``hydra_entry``) and ``hybridrl-plan``.
 
-Cheap to import (OmegaConf only; Hydra is imported when composing). The YAML files under
-``configs/`` are the single source of truth for keys and defaults.
+Cheap to import (OmegaConf only; Hydra is imported when composing). The YAML files under ``configs/``
+(shipped as ``hybridrl.configs``) are the single source of truth for keys and defaults; reading them and
+filling a config from them is on the ground floor, :mod:`hybridrl.utils.config_files` and
+:mod:`hybridrl.utils.config_defaults` (re-exported here), because the public datasets in ``utils`` fill too.
 """
 
 from hybridrl.config.access import need_critic, need_reference_policy
@@ -14,7 +17,7 @@ from hybridrl.config.plan_table import format_batch_plan, plan_rows
 from hybridrl.config.suggest import closest_keys
 from hybridrl.config.unsupported import UNSUPPORTED, check_unsupported
 from hybridrl.config.validate import collect_problems, validate_config
-from hybridrl.utils.config_defaults import section_with_defaults, with_defaults
+from hybridrl.utils.config_defaults import is_filled, section_with_defaults, with_defaults
 from hybridrl.utils.config_files import CONFIG_NAMES, HYBRIDRL_CONFIG_NAMES, config_dir, config_file, load_config
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "flatten_keys",
     "format_batch_plan",
     "hydra_entry",
+    "is_filled",
     "load_config",
     "need_critic",
     "need_reference_policy",

@@ -8,7 +8,7 @@
 #
 # megatron-core is installed here too (same pin as scripts/setup_megatron_env.sh; it needs only torch, numpy and
 # packaging, a few MB): the Megatron actor with the vLLM rollout (actor_rollout_ref.actor.strategy=megatron,
-# rollout.name=vllm; tests/megatron/test_megatron_vllm_rollout.py) can only run where both import. mbridge is not
+# rollout.name=vllm; tests/megatron/test_megatron_vllm_rollout_on_cpu.py) can only run where both import. mbridge is not
 # installed: it breaks on transformers 5.x, so here the Megatron actor runs with megatron.use_mbridge=False (the
 # built-in Llama/Qwen2 converter).
 #

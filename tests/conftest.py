@@ -3,6 +3,9 @@
 Tests that need Ray take the ``ray_cluster`` fixture; it starts a local cluster once
 (with more logical CPUs than cores, so colocated actors and placement groups always fit
 on a 2-core machine) and shuts it down at the end of the session.
+
+Where a test runs is in its file name and markers (tests/README.md): ``*_on_gpu.py`` files carry the ``gpu``
+marker, and a ``gpu`` test is skipped here, at collection, on a machine without CUDA.
 """
 
 from __future__ import annotations
@@ -15,6 +18,22 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+
+GPU_SKIP_REASON = "needs a CUDA GPU (a `gpu` test, in an *_on_gpu.py file)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the ``gpu`` tests without CUDA, before their fixtures build anything."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
+
 
 # Logical CPUs the shared test cluster advertises (real cores are 2; Ray actors here are idle most of the time).
 TEST_RAY_NUM_CPUS = 16

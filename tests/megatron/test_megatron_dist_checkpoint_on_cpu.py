@@ -160,7 +160,7 @@ def test_main_ppo_with_every_role_from_the_dist_checkpoint(tiny_gqa_qwen2_dir, a
                                                            dist_ckpt_dir):
     """``main_ppo`` PPO step 1 (TP=1, DP=2, Megatron critic colocated, KL in the reward) with the actor, the reference
     and the critic trunk from the dist checkpoint equals the same step with every role converted from the HF folder."""
-    from test_main_ppo_megatron_e2e import megatron_grpo_args
+    from test_main_ppo_megatron_e2e_on_cpu import megatron_grpo_args
 
     from tests.trainer.e2e import failure_report, ppo_overrides, read_metrics, run_main_ppo
 

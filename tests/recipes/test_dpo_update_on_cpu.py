@@ -1,6 +1,6 @@
 """Online DPO's update stage (the part the recipe passes to RayPPOTrainer) with a fake DPO worker group:
 pairs → reference log-probs → DPO update, the reference refresh every trainer.ref_update_freq steps and after a
-resume, and SPIN's pair builder in the same stage. The real workers run in test_dpo_recipes_e2e.py."""
+resume, and SPIN's pair builder in the same stage. The real workers run in test_dpo_recipes_e2e_on_cpu.py."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ so the update is exactly ∇L whatever the micro-batch split or the number of ra
 bigger batch). With Ulysses SP the sp ranks of a group all hold the same ``S_m`` (per-token losses are
 all-gathered); the gather's backward hands each rank its slice's gradient times sp, so the group's ranks
 sum to ``sp · ∇(dp · S_m / N)``; FSDP's average over all W = dp · sp ranks divides that by dp · sp,
-leaving ``∇(S_m / N)`` per group: ∇L again (tests/trainer/sft/test_sft_sequence_parallel.py checks it).
+leaving ``∇(S_m / N)`` per group: ∇L again (tests/trainer/sft/test_sft_sequence_parallel_on_cpu.py checks it).
 
 Deviation from verl 0.5 (``FSDPSFTTrainer._compute_loss_and_backward``): verl normalises each micro
 batch by its own token count and averages micro batches and ranks (a mean of means, which weights a

@@ -1,6 +1,6 @@
 """separate_async with a blocking rollout (the agent loop): generations and weight loads run on one driver thread in
 the order they were enqueued. Fakes stand in for the agent-loop manager and the worker groups (unit test of the
-launcher and the pusher; the real run is test_async_modes_e2e.py::test_separate_async_with_the_agent_loop)."""
+launcher and the pusher; the real run is test_async_modes_e2e_on_cpu.py::test_separate_async_with_the_agent_loop)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Driver-side checkpoint and resume (the trainer's Checkpointer) with fake worker groups: resume_mode, trainer_state
 (KL controller, driver RNG, dataloader position) and detection of a partial or corrupt latest checkpoint.
-The CLI e2e tests (tests/trainer/test_main_ppo_e2e.py) cover the same with real workers and SIGTERM."""
+The CLI e2e tests (tests/trainer/test_main_ppo_e2e_on_cpu.py) cover the same with real workers and SIGTERM."""
 
 from __future__ import annotations
 

@@ -28,9 +28,7 @@ def test_build_engine_kwargs_from_verl_keys():
         max_num_batched_tokens=8192,
         engine_kwargs={"vllm": {"swap_space": None, "kv_cache_dtype": "auto"}},
     )
-    kwargs = build_engine_kwargs(
-        cfg, model_config("/m"), _HFConfig(), device_name="cpu", follows_actor=True, seed=3
-    )
+    kwargs = build_engine_kwargs(cfg, model_config("/m"), _HFConfig(), device_name="cpu", follows_actor=True, seed=3)
     assert kwargs["model"] == "/m" and kwargs["dtype"] == "bfloat16" and kwargs["load_format"] == "dummy"
     assert kwargs["max_model_len"] == 32 + 8  # prompt_length + response_length
     assert kwargs["kv_cache_dtype"] == "auto" and "swap_space" not in kwargs  # None values are not passed
@@ -117,26 +115,3 @@ def test_missing_engines_name_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "sglang", None)  # makes `import sglang` raise ImportError
     with pytest.raises(ImportError, match=r"hybridrl\[sglang\]"):
         import_sglang()
-
-
-@pytest.mark.gpu
-def test_sglang_contract_on_gpu(tiny_model_dir, tokenizer, actor):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    pytest.importorskip("sglang")
-    from rollout_testlib import make_prompts
-
-    from hybridrl.workers.sharding_manager import build_rollout_handle
-
-    handle = build_rollout_handle(
-        rollout_config(name="sglang", dtype="float32"),
-        model_config(tiny_model_dir),
-        tokenizer=tokenizer,
-        hf_config=actor.config,
-        actor_module=actor.cuda(),
-        device_name="cuda",
-    )
-    out = handle.generate_sequences(make_prompts(tokenizer, do_sample=False))
-    assert out.batch["responses"].shape == (4, 8)
-    assert handle.verify() >= 1

@@ -1,7 +1,7 @@
 """Cross-pool weight transfer without Ray: packing, bucketing, checksums, unpacking into a real hf engine.
 
 The object store is a dict here (``put`` / ``get`` of ``weight_transfer``); the Ray path is
-``test_weight_transfer_ray.py``.
+``test_weight_transfer_ray_on_cpu.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pure logic of the vLLM and SGLang async servers (request conversion, output parsing) and the SGLang server's
 event-loop plumbing against a fake ``async_generate`` (SGLang needs CUDA; vLLM's real test is
-test_vllm_async_server.py in .venv-vllm)."""
+test_vllm_async_server_on_cpu.py in .venv-vllm)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The adapter's B matrices are random and non-zero (a fresh adapter has B = 0 and equals the base model,
 which would let every check pass vacuously). Run inside .venv-vllm:
 
-.venv-vllm/bin/python -m pytest tests/workers/rollout/test_vllm_lora.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/workers/rollout/test_vllm_lora_on_cpu.py -m vllm -q
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``python -m hybridrl.serve`` as a user runs it: a config error exits before anything heavy; the tiny model
 served on a free port answers the real ``openai`` client (hf; vllm in .venv-vllm:
-``.venv-vllm/bin/python -m pytest tests/serving/test_serve_cli.py -m vllm``)."""
+``.venv-vllm/bin/python -m pytest tests/serving/test_serve_cli_on_cpu.py -m vllm``)."""
 
 from __future__ import annotations
 

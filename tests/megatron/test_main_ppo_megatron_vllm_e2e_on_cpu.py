@@ -2,7 +2,7 @@
 TP=2 on 2 Ray workers, each holding a vLLM engine synced from it (HF tensors gathered over TP, verified). Runs in
 .venv-vllm (megatron-core installed there, no mbridge: ``use_mbridge=False``).
 
-.venv-vllm/bin/python -m pytest tests/megatron/test_main_ppo_megatron_vllm_e2e.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/megatron/test_main_ppo_megatron_vllm_e2e_on_cpu.py -m vllm -q
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from tests.megatron.test_main_ppo_megatron_e2e import megatron_grpo_args
+from tests.megatron.test_main_ppo_megatron_e2e_on_cpu import megatron_grpo_args
 from tests.trainer.conftest import arithmetic_data_dir  # noqa: F401 - the fixture, shared with the FSDP e2e tests
 from tests.trainer.e2e import failure_report, read_metrics, run_main_ppo
 
@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (use .venv-vllm)"),
 ]
 
-PROBS_DIFF_BOUND = 0.05  # the FSDP vLLM e2e's bound (tests/trainer/test_main_ppo_vllm_e2e.py)
+PROBS_DIFF_BOUND = 0.05  # the FSDP vLLM e2e's bound (tests/trainer/test_main_ppo_vllm_e2e_on_cpu.py)
 
 
 def test_grpo_megatron_tp2_with_vllm_rollout(tiny_gqa_hd32_qwen2_dir, arithmetic_data_dir, tmp_path):  # noqa: F811

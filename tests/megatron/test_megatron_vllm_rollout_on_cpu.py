@@ -4,9 +4,9 @@ has megatron-core too (scripts/setup_vllm_cpu_env.sh); the built-in HF converter
 Each rank holds a whole vLLM engine (TP 1) and receives the actor's HF tensors gathered over the Megatron TP group
 (``export_hf_weights``); the hybrid-engine sync verifies sampled values after every sync. The rollout's log-probs
 (``rollout_log_probs``, fp32 engine) must equal the Megatron actor's ``compute_log_prob`` of the same sequences, before
-and after an ``update_actor``, within the FSDP vLLM tests' 1e-4 (tests/workers/rollout/test_vllm_rollout.py).
+and after an ``update_actor``, within the FSDP vLLM tests' 1e-4 (tests/workers/rollout/test_vllm_rollout_on_cpu.py).
 
-.venv-vllm/bin/python -m pytest tests/megatron/test_megatron_vllm_rollout.py -m vllm -q
+.venv-vllm/bin/python -m pytest tests/megatron/test_megatron_vllm_rollout_on_cpu.py -m vllm -q
 """
 
 from __future__ import annotations

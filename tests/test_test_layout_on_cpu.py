@@ -1,0 +1,169 @@
+"""Every test file says where it runs (tests/README.md), and ``bash scripts/test.sh`` runs it there.
+
+- its name ends ``_on_cpu.py`` (needs no GPU) or ``_on_gpu.py`` (needs a CUDA GPU);
+- an ``_on_gpu.py`` file carries the ``gpu`` marker, an ``_on_cpu.py`` file never does (nor a CUDA skip);
+- a test that needs vLLM carries the ``vllm`` marker, and its file lies where test.sh's vLLM stage looks;
+- a test that needs megatron-core lies under tests/megatron, whose conftest marks it ``megatron``
+  (the Megatron stage runs that folder); nothing outside it is marked ``megatron``.
+
+Markers are read from the source (``pytest.mark.<name>`` / ``mark.<name>`` anywhere in the file: decorators,
+``pytestmark``, ``pytest.param(..., marks=...)``), so nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+TEST_SH = ROOT / "scripts" / "test.sh"
+MEGATRON_DIR = TESTS / "megatron"
+PLACE_SUFFIXES = ("_on_cpu.py", "_on_gpu.py")
+
+# A test skipped unless CUDA is there is a GPU test, whatever its marker says.
+CUDA_SKIP = re.compile(r"skipif\(\s*not\s+torch\.cuda\.is_available\(\)")
+
+
+def _needs(package: str) -> re.Pattern[str]:
+    """A test that skips without ``package``: ``importorskip("package")`` or ``skipif(find_spec("package") ...``."""
+    name = rf"[\"']{package}[\"'.]"
+    return re.compile(rf"importorskip\(\s*{name}|skipif\(\s*(?:importlib\.util\.)?find_spec\(\s*{name}")
+
+
+NEEDS_VLLM = _needs("vllm")
+NEEDS_MEGATRON = _needs("megatron")
+# scripts/test.sh picks the vLLM stage's files with: grep -rl "mark.vllm" [--options] <folders...> | sort
+VLLM_SELECTION = re.compile(r"grep -rl \"mark\.vllm\"([^|]*)\|")
+
+
+def collected_test_files() -> list[Path]:
+    """The files pytest collects as tests (its default ``python_files``: ``test_*.py`` and ``*_test.py``)."""
+    return sorted({*TESTS.rglob("test_*.py"), *TESTS.rglob("*_test.py")})
+
+
+def markers(source: str) -> set[str]:
+    """Marker names used in a file: the ``x`` of every ``pytest.mark.x`` / ``mark.x`` attribute."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Attribute) and owner.attr == "mark") or (
+            isinstance(owner, ast.Name) and owner.id == "mark"
+        ):
+            found.add(node.attr)
+    return found
+
+
+def imports_top_level(source: str, package: str) -> bool:
+    """Whether the file imports ``package`` (or a submodule of it) anywhere."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == package for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == package:
+            return True
+    return False
+
+
+def vllm_stage_folders(script: str) -> list[Path]:
+    """The folders scripts/test.sh greps for ``mark.vllm`` files (its vLLM stage runs each such file)."""
+    match = VLLM_SELECTION.search(script)
+    assert match, 'scripts/test.sh no longer selects its vLLM files with grep -rl "mark.vllm" <folders> | ...'
+    words = match.group(1).replace("\\", " ").split()
+    return [ROOT / word for word in words if not word.startswith("-")]
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def layout_problems(files: list[Path], vllm_folders: list[Path]) -> list[str]:
+    """Every break of the scheme in ``files``, one line each (empty when all is in order)."""
+    problems = []
+    for path in files:
+        if path == Path(__file__).resolve():
+            continue  # this file's strings hold examples of every break
+        source = path.read_text()
+        marks = markers(source)
+        name = _rel(path)
+        if not path.name.endswith(PLACE_SUFFIXES):
+            problems.append(f"{name}: a test file name ends _on_cpu.py (no GPU needed) or _on_gpu.py (CUDA only)")
+        if path.name.endswith("_on_cpu.py") and ("gpu" in marks or CUDA_SKIP.search(source)):
+            problems.append(f"{name}: a GPU-only test in an _on_cpu.py file: move it to an _on_gpu.py file")
+        if path.name.endswith("_on_gpu.py") and "gpu" not in marks:
+            problems.append(f"{name}: an _on_gpu.py file carries the gpu marker (pytestmark = pytest.mark.gpu)")
+        if NEEDS_VLLM.search(source) and "vllm" not in marks:
+            problems.append(f"{name}: needs vllm but has no vllm marker, so the vLLM stage (.venv-vllm) never runs it")
+        if "vllm" in marks and not any(folder in path.parents for folder in vllm_folders):
+            problems.append(f"{name}: vllm-marked outside the folders scripts/test.sh's vLLM stage greps")
+        in_megatron = MEGATRON_DIR in path.parents
+        needs_megatron = imports_top_level(source, "megatron") or NEEDS_MEGATRON.search(source)
+        if not in_megatron and (needs_megatron or "megatron" in marks):
+            problems.append(f"{name}: a Megatron test lives under tests/megatron (the Megatron stage runs only it)")
+    return problems
+
+
+def test_every_test_file_says_where_it_runs_and_test_sh_runs_it_there():
+    files = collected_test_files()
+    assert len(files) > 200  # the walk found the suite
+    problems = layout_problems(files, vllm_stage_folders(TEST_SH.read_text()))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "name,source,expected",
+    [
+        ("test_a.py", "def test_x(): pass\n", "ends _on_cpu.py"),
+        ("test_a_on_cpu.py", "import pytest\n@pytest.mark.gpu\ndef test_x(): pass\n", "GPU-only test"),
+        (
+            "test_a_on_cpu.py",
+            "import pytest, torch\n@pytest.mark.skipif(not torch.cuda.is_available(), reason='')\ndef test_x(): pass\n",
+            "GPU-only test",
+        ),
+        ("test_a_on_gpu.py", "def test_x(): pass\n", "carries the gpu marker"),
+        ("test_a_on_cpu.py", "import pytest\nvllm = pytest.importorskip('vllm')\n", "no vllm marker"),
+        (
+            "test_a_on_cpu.py",
+            "import importlib, pytest\npytestmark = pytest.mark.skipif(importlib.util.find_spec('vllm') is None, reason='')\n",
+            "no vllm marker",
+        ),
+        ("test_a_on_cpu.py", "import pytest\npytestmark = pytest.mark.vllm\n", "outside the folders"),
+        ("test_a_on_cpu.py", "from megatron.core import parallel_state\n", "under tests/megatron"),
+        ("test_a_on_cpu.py", "from pytest import mark\npytestmark = mark.megatron\n", "under tests/megatron"),
+    ],
+)
+def test_the_check_catches_each_break(tmp_path, monkeypatch, name, source, expected):
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    monkeypatch.setattr(f"{__name__}.MEGATRON_DIR", tmp_path / "tests" / "megatron")
+    path = tmp_path / "tests" / "utils" / name
+    path.parent.mkdir(parents=True)
+    path.write_text(source)
+    problems = layout_problems([path], vllm_folders=[tmp_path / "tests" / "workers"])
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_the_check_accepts_the_scheme(tmp_path, monkeypatch):
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    monkeypatch.setattr(f"{__name__}.MEGATRON_DIR", tmp_path / "tests" / "megatron")
+    files = {
+        "tests/utils/test_a_on_cpu.py": "def test_x(): pass\n",
+        "tests/utils/test_b_on_gpu.py": "import pytest\npytestmark = pytest.mark.gpu\n",
+        "tests/workers/test_c_on_cpu.py": "import pytest\nvllm = pytest.importorskip('vllm')\npytestmark = pytest.mark.vllm\n",
+        "tests/megatron/test_d_on_cpu.py": "from megatron.core import parallel_state\n",
+    }
+    paths = []
+    for rel, source in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        paths.append(path)
+    assert layout_problems(paths, vllm_folders=[tmp_path / "tests" / "workers"]) == []
+
+
+def test_test_sh_vllm_selection_is_read():
+    script = 'for f in $(grep -rl "mark.vllm" --include="test_*.py" tests/workers \\\n    tests/serving | sort); do\n'
+    assert vllm_stage_folders(script) == [ROOT / "tests/workers", ROOT / "tests/serving"]

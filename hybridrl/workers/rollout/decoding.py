@@ -17,8 +17,8 @@
   exponential per vocabulary entry) when the vocabulary is large (``DecodeOptions.draw="auto"``, ≥ 8192 entries):
   same distribution, 10x cheaper on SmolLM2's 49k vocabulary (the multinomial draw was 14% of its decode), but
   other tokens for a given seed. Small vocabularies, where the draw costs nothing, keep ``torch.multinomial`` and
-  so the seeded samples of earlier versions (a pinned-seed learning test on the tiny model,
-  tests/trainer/test_rollout_correction_learning_e2e_on_cpu.py, depends on them);
+  so the seeded samples of earlier versions (a pinned-seed learning run on the tiny model,
+  scripts/bench/bench_learning.py --runs rollout_correction, depends on them);
 - runs a CPU fp32 model's large output head (≥ 8192 outputs) as a oneDNN matmul over a prepacked weight
   (``packed_head.py``: 2x on SmolLM2's 49152 × 576 head at 32 rows; equal up to float summation order).
 

@@ -1,18 +1,16 @@
-"""Each RL recipe's CPU script, run as a user runs it, learns the digit task and shows its algorithm in the metrics.
+"""Each RL recipe's CPU script, run as a user runs it, shows its algorithm in the metrics of a few steps.
 
 Runs ``hybridrl/recipes/<name>/run_*_cpu.sh`` (real Ray, 2 FSDP2 CPU workers, hf rollout) on the shared tiny model and
-``recipe_data_dir`` for 15 seeded steps (``data.seed`` orders the prompts, ``rollout.seed`` + rank + step seeds the
-sampling; PF-PPO's value head and resampling are seeded too): two runs give identical metrics. The reward is hybridrl/recipes/digit_reward.py: the share of digit characters
-in the response, in [0, 1]. Per step: 8 prompts × n=4 responses of at most 8 tokens, 2 PPO mini-batches, 2 ranks.
-
-Learning, for every recipe (margins measured, see the recipes' READMEs, "Measured on CPU"):
-    - greedy validation reward on the 8 held-out prompts: 0.0 at step 0, 1.0 at step 15 in every recipe;
-      asserted +0.5. With ``optim.lr=0`` it stays 0.0.
-    - sampled training reward ``critic/score/mean``, mean of steps 13–15 minus mean of steps 1–3: +0.051 (GSPO)
-      to +0.089 (REINFORCE++), PF-PPO +0.057 with the script defaults (its batch is resampled towards high
-      scores); asserted +0.025. With ``optim.lr=0`` (Dr.GRPO script) it is -0.003.
+``recipe_data_dir`` for 4 seeded steps (``data.seed`` orders the prompts, ``rollout.seed`` + rank + step seeds the
+sampling; PF-PPO's value head and resampling are seeded too): two runs give identical metrics. The reward is
+hybridrl/recipes/digit_reward.py: the share of digit characters in the response, in [0, 1]. Per step: 8 prompts × n=4
+responses of at most 8 tokens, 2 PPO mini-batches, 2 ranks; validation before the first step and after the last.
 
 Recipe evidence: what the metrics can show of the estimator / loss each recipe selects (each check's docstring).
+
+Learning (greedy held-out reward 0.0 → 1.0 over 15 steps in every recipe, sampled training reward up by +0.051 to
++0.089; margins +0.5 and +0.025) is measured by ``python scripts/bench/bench_learning.py --runs recipes``, which runs
+these scripts for 15 steps with the same seeds and applies the same recipe checks.
 """
 
 from __future__ import annotations
@@ -28,20 +26,18 @@ from tests.trainer.e2e import failure_report, read_metrics
 
 pytestmark = pytest.mark.slow
 
-STEPS = 15
+STEPS = 4  # GSPO's check needs 3 steps with clipped, full-length responses
+# The overrides every run of a recipe script shares (CI smoke and benchmark): seeded data order and sampling.
+SEEDED = ("data.seed=1", "actor_rollout_ref.rollout.seed=0")
 VAL_REWARD = "val-aux/arithmetic/reward/mean@1"
-VAL_MARGIN = 0.5
-SCORE = "critic/score/mean"
-SCORE_MARGIN = 0.025
-SCORE_WINDOW = 3
 # Responses per step (8 prompts × n=4) and the longest response (data.max_response_length in common_cpu.sh).
 RESPONSES_PER_STEP = 32
 MAX_RESPONSE_LENGTH = 8
 
 
-def _steps(metrics: dict[int, dict[str, float]]) -> list[dict[str, float]]:
+def training_steps(metrics: dict[int, dict[str, float]], steps: int) -> list[dict[str, float]]:
     """The training steps' metrics, step 1 first (step 0 holds only the initial validation)."""
-    return [metrics[step] for step in range(1, STEPS + 1)]
+    return [metrics[step] for step in range(1, steps + 1)]
 
 
 def _max_abs_advantage(step: dict[str, float]) -> float:
@@ -152,27 +148,16 @@ RECIPES = {
 }
 
 
-def assert_learns(metrics: dict[int, dict[str, float]]) -> None:
-    """Held-out greedy reward and sampled training reward both rise by their margins over the run."""
-    start, end = metrics[0][VAL_REWARD], metrics[STEPS][VAL_REWARD]
-    assert end >= start + VAL_MARGIN, (start, end)
-    scores = [s[SCORE] for s in _steps(metrics)]
-    first = sum(scores[:SCORE_WINDOW]) / SCORE_WINDOW
-    last = sum(scores[-SCORE_WINDOW:]) / SCORE_WINDOW
-    assert last >= first + SCORE_MARGIN, (first, last, scores)
-
-
 @pytest.mark.parametrize("name", list(RECIPES))
-def test_recipe_cpu_script_learns(name, tiny_model_dir, recipe_data_dir, tmp_path):
+def test_recipe_cpu_script_shows_its_algorithm(name, tiny_model_dir, recipe_data_dir, tmp_path):
     script, check_recipe = RECIPES[name]
     proc, metrics_file = run_recipe_script(
         script, tiny_model_dir, recipe_data_dir, tmp_path,
-        f"trainer.total_training_steps={STEPS}", "trainer.test_freq=5",
-        "data.seed=1", "actor_rollout_ref.rollout.seed=0",
+        f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}", *SEEDED,
     )
     assert proc.returncode == 0, failure_report(proc)
     metrics = read_metrics(str(metrics_file))
     assert sorted(metrics) == list(range(STEPS + 1))  # step 0 = validation before training
+    assert all(VAL_REWARD in metrics[step] for step in (0, STEPS)), sorted(metrics[STEPS])
     vocab_size = json.loads((Path(tiny_model_dir) / "config.json").read_text())["vocab_size"]
-    check_recipe(_steps(metrics), vocab_size)
-    assert_learns(metrics)
+    check_recipe(training_steps(metrics, STEPS), vocab_size)

@@ -16,6 +16,10 @@ margins the CI tests asserted before they were cut to smoke runs:
     rollout_correction       3 GRPO runs × 10 steps, seed 2: on-policy, a     on-policy − uncorrected ≥ 0.1 and
                              2-version-stale rollout, stale + token TIS        |on-policy − corrected| ≤ 0.08
                                                                               (sampled val reward at step 10)
+    online_dpo               the online-DPO recipe, 14 steps, digit-share     score +0.08, reward accuracy > 0.7,
+                             reward (8 prompts × 8 samples)                   margin > 0.2 and +0.1 (steps 1–4 → 11–14)
+    lora_grpo                GRPO with rank-8 adapters on the tiny Llama,     digit reward +0.1 (steps 1–4 → 11–14)
+                             14 steps
 
     python scripts/bench/bench_learning.py                              # every run (~40 min on 2 quiet cores)
     python scripts/bench/bench_learning.py --runs recipes --out learning.json
@@ -209,6 +213,103 @@ def run_rollout_correction(work: Path) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------- online DPO, LoRA GRPO
+
+DPO_STEPS = 14
+DPO_WINDOW = 4
+
+
+def arithmetic_data(out: Path, train_size: int, test_size: int) -> Path:
+    """One-digit additions in verl's parquet schema (the tests' data fixtures)."""
+    if not (out / "train.parquet").is_file():
+        script = ROOT / "examples" / "data_preprocess" / "arithmetic.py"
+        subprocess.run(
+            [sys.executable, str(script), "--local_dir", str(out), "--train_size", str(train_size)]
+            + ["--test_size", str(test_size), "--digits", "1", "--operators", "+"],
+            check=True,
+            capture_output=True,
+        )
+    return out
+
+
+def run_online_dpo(work: Path) -> dict[str, Any]:
+    """tests/recipes/test_dpo_recipes_e2e_on_cpu.py's data (16/8 additions with SPIN's SFT response column)."""
+    from tests.recipes.cli import RECIPES as RECIPES_DIR
+    from tests.recipes.dpo_e2e import ASSETS, dpo_args, run_recipe
+
+    plain = arithmetic_data(work / "arithmetic_16", 16, 8)
+    spin = work / "arithmetic_spin"
+    if not (spin / "train.parquet").is_file():
+        subprocess.run(
+            [sys.executable, str(RECIPES_DIR / "spin" / "add_sft_response.py"), "--input", str(plain)]
+            + ["--output", str(spin), "--source", "reward_model.ground_truth"],
+            check=True,
+            capture_output=True,
+        )
+    run_dir = work / "online_dpo"
+    overrides = {
+        "custom_reward_function.path": ASSETS / "dpo_digit_reward.py",
+        "actor_rollout_ref.rollout.n": 8,
+        "actor_rollout_ref.actor.ppo_epochs": 2,
+        "actor_rollout_ref.actor.optim.lr": 2e-3,
+        "algorithm.dpo.beta": 0.1,
+        "trainer.total_epochs": 10,
+        "trainer.total_training_steps": DPO_STEPS,
+    }
+    args = dpo_args(tiny_model(work), str(spin), str(run_dir / "ckpt"), **overrides)
+    metrics_file = str(run_dir / "metrics.jsonl")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    proc = run_recipe("hybridrl.recipes.online_dpo.main_online_dpo", args, metrics_file, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(failure_report(proc))
+    steps = training_steps(read_metrics(metrics_file), DPO_STEPS)
+    figures = {}
+    for name in ("critic/score/mean", "actor/reward_accuracy", "actor/reward_margin"):
+        figures[f"{name} steps 1-4"], figures[f"{name} steps 11-14"] = window_gain([s[name] for s in steps], DPO_WINDOW)
+    # measured (steps 1–4 → 11–14): score 0.20 → 0.39, accuracy 0.67 → 0.89, margin 0.10 → 0.39; thresholds keep
+    # about half of the smallest gain over seeds
+    learned = (
+        figures["critic/score/mean steps 11-14"] > figures["critic/score/mean steps 1-4"] + 0.08
+        and figures["actor/reward_accuracy steps 11-14"] > 0.7
+        and figures["actor/reward_margin steps 11-14"] > 0.2
+        and figures["actor/reward_margin steps 11-14"] > figures["actor/reward_margin steps 1-4"] + 0.1
+    )
+    return {
+        "figures": figures,
+        "margins": {"score": 0.08, "accuracy": 0.7, "margin": 0.2, "margin_gain": 0.1},
+        "learned": learned,
+    }
+
+
+LORA_STEPS = 14
+LORA_WINDOW = 4
+LORA_SCORE_MARGIN = 0.1
+
+
+def run_lora_grpo(work: Path) -> dict[str, Any]:
+    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from tests.trainer.e2e import run_main_ppo
+    from tests.workers.engine.test_lora_grpo_e2e_on_cpu import lora_grpo_args
+
+    llama = work / "tiny_llama"
+    if not (llama / "config.json").is_file():
+        build_tiny_model(llama, TinyModelSpec(arch="llama", tie_word_embeddings=False))
+    run_dir = work / "lora_grpo"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = arithmetic_data(work / "arithmetic_16", 16, 8)
+    metrics_file = str(run_dir / "metrics.jsonl")
+    proc = run_main_ppo(lora_grpo_args(str(llama), str(data_dir), run_dir, LORA_STEPS), metrics_file, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(failure_report(proc))
+    scores = [s[SCORE] for s in training_steps(read_metrics(metrics_file), LORA_STEPS)]
+    first, last = window_gain(scores, LORA_WINDOW)
+    return {
+        "figures": {"score_steps_1_4": first, "score_steps_11_14": last},
+        "margins": {"score": LORA_SCORE_MARGIN},
+        "learned": last > first + LORA_SCORE_MARGIN,
+    }
+
+
 # ---------------------------------------------------------------------------- driver
 
 RUNS: dict[str, Callable[[Path], dict[str, Any]]] = {
@@ -216,6 +317,8 @@ RUNS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "tiny_pipeline:grpo": lambda work: run_tiny_pipeline("grpo", work),
     "tiny_pipeline:remax": lambda work: run_tiny_pipeline("remax", work),
     "rollout_correction": run_rollout_correction,
+    "online_dpo": run_online_dpo,
+    "lora_grpo": run_lora_grpo,
 }
 GROUPS = {"recipes": "recipe:", "tiny_pipeline": "tiny_pipeline:"}
 

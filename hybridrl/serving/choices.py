@@ -18,9 +18,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from hybridrl.generation.records import TokenOutput
 from hybridrl.serving.errors import OpenAIError
 from hybridrl.serving.types import GenerateFn
-from hybridrl.workers.rollout.async_server.request import TokenOutput
 
 # TokenOutput.stop_reason -> OpenAI finish_reason ("abort" as vLLM names a request cut by a shutdown).
 FINISH_REASONS = {"stop": "stop", "length": "length", "aborted": "abort"}

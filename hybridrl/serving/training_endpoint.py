@@ -22,11 +22,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridrl.generation.records import TokenOutput
 from hybridrl.serving.continuation import ContinuationRenderer
 from hybridrl.serving.errors import OpenAIError
 from hybridrl.serving.openai_app import TRAJECTORY_HEADER, build_openai_app
 from hybridrl.serving.types import CompletionRecord, ServeLimits
-from hybridrl.workers.rollout.async_server.request import TokenOutput
 
 __all__ = ["TrainingEndpoint", "endpoint_for"]
 

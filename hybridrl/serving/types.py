@@ -11,7 +11,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hybridrl.workers.rollout.async_server.request import TokenOutput
+from hybridrl.generation.records import TokenOutput
 
 
 class GenerateFn(Protocol):

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
+from hybridrl.generation.sampling import SamplingParams
 from hybridrl.workers.rollout import register_rollout
 from hybridrl.workers.rollout.hf_rollout import HFRollout, build_hf_engine_model
-from hybridrl.workers.rollout.sampling import SamplingParams
 
 ENGINE_NAME = "hf_perturbed_temperature"
 

@@ -1,4 +1,4 @@
-"""Sampling parameters of agent-loop trajectories (the server-mode counterpart of ``workers/rollout/sampling.py``).
+"""Sampling parameters of agent-loop trajectories (the server-mode counterpart of ``generation/sampling.py``).
 
 Per call of ``AgentLoopWorker.generate_sequences``: ``rollout.temperature/top_p/top_k`` (``rollout.val_kwargs`` when
 ``meta_info["validate"]``), greedy when ``meta_info["do_sample"]`` is False (ReMax's baseline) or the validation

@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from hybridrl.generation.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 from hybridrl.workers.rollout.base import BaseRollout
-from hybridrl.workers.rollout.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 
 RolloutBuilder = Callable[..., BaseRollout]
 ROLLOUT_REGISTRY: dict[str, RolloutBuilder] = {}

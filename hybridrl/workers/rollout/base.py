@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
+from hybridrl.generation.sampling import SamplingParams, resolve_sampling_params
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import remove_pad_token
 from hybridrl.workers.rollout.output import build_rollout_tensors, pad_log_probs, pad_responses
-from hybridrl.workers.rollout.sampling import SamplingParams, resolve_sampling_params
 
 _PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 

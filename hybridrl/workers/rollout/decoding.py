@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hybridrl.generation.sampling import SamplingParams
 from hybridrl.utils.hf_cache import cache_kwarg
 from hybridrl.utils.remove_padding import all_padding_columns, common_prefix_length, prefix_first_mask, prompt_groups
 from hybridrl.workers.rollout.packed_head import MIN_PACKED_VOCAB, packed_output_head
-from hybridrl.workers.rollout.sampling import SamplingParams
 from hybridrl.workers.rollout.upcast_attention import fp32_attention
 
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished

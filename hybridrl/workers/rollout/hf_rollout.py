@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.generation.sampling import SamplingParams
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
-from hybridrl.workers.rollout.sampling import SamplingParams
 
 
 def left_pad(rows: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
+from hybridrl.generation.sampling import SamplingParams
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.hf_rollout import resolve_dtype
-from hybridrl.workers.rollout.sampling import SamplingParams
 
 _INSTALL_HINT = (
     "rollout.name=sglang needs SGLang (CUDA only): `pip install 'hybridrl[sglang]'` on a GPU machine; "

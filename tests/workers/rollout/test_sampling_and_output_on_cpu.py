@@ -8,6 +8,7 @@ import pytest
 import torch
 from rollout_testlib import rollout_config
 
+from hybridrl.generation.sampling import collect_eos_token_ids, resolve_sampling_params
 from hybridrl.workers.rollout.consistency import (
     RolloutConsistencyError,
     check_rollout_probs_diff,
@@ -15,7 +16,6 @@ from hybridrl.workers.rollout.consistency import (
 )
 from hybridrl.workers.rollout.decoding import filter_logits, sample_next_tokens
 from hybridrl.workers.rollout.output import build_rollout_tensors, pad_log_probs, pad_responses
-from hybridrl.workers.rollout.sampling import collect_eos_token_ids, resolve_sampling_params
 
 
 def _resolve(meta=None, **cfg):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rollout_testlib import model_config, rollout_config
 
-from hybridrl.workers.rollout.sampling import resolve_sampling_params
+from hybridrl.generation.sampling import resolve_sampling_params
 from hybridrl.workers.rollout.vllm_rollout import (
     build_engine_kwargs,
     check_model_fits,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybridrl.generation.records import REQUEST_KEYS, TokenOutput, resolve_request_params
 from hybridrl.workers.rollout.async_server.engine_loop import AsyncRolloutServer, StepEngine, ThreadedStepServer
-from hybridrl.workers.rollout.async_server.request import REQUEST_KEYS, TokenOutput, resolve_request_params
 
 
 def build_async_server(engine: Any, rollout_config: Any) -> AsyncRolloutServer:

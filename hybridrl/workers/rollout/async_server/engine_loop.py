@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridrl.workers.rollout.async_server.request import (
+from hybridrl.generation.records import (
     RequestParams,
     TokenOutput,
     check_prompt_ids,

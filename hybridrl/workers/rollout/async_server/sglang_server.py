@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from hybridrl.generation.records import RequestParams, TokenOutput, check_prompt_ids
 from hybridrl.workers.rollout.async_server.engine_loop import AsyncRolloutServer
-from hybridrl.workers.rollout.async_server.request import RequestParams, TokenOutput, check_prompt_ids
 from hybridrl.workers.rollout.sglang_rollout import to_sglang_sampling_params
 
 

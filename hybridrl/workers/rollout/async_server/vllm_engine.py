@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybridrl.generation.records import RequestParams, TokenOutput
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, StepEngine
-from hybridrl.workers.rollout.async_server.request import RequestParams, TokenOutput
 from hybridrl.workers.rollout.vllm_rollout import to_vllm_sampling_kwargs
 
 # vLLM's CompletionOutput.finish_reason → the server's stop_reason

@@ -19,10 +19,10 @@ from async_server_testlib import (
     top2_margin,
 )
 
+from hybridrl.generation.records import resolve_request_params
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest
 from hybridrl.workers.rollout.async_server.hf_batcher import HFBatcher
 from hybridrl.workers.rollout.async_server.prefix_cache import CachedPrefix, ConversationPrefixCache
-from hybridrl.workers.rollout.async_server.request import resolve_request_params
 
 RESULT_TIMEOUT_S = 120
 TOOL_TEXTS = {"A": "result: 1234", "B": "the calculator returned 99 then 17", "C": "ok"}

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hybridrl.workers.rollout.sampling import SamplingParams
+from hybridrl.generation.sampling import SamplingParams
 
 REQUEST_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos", "min_tokens")
 STOP_REASONS = ("stop", "length", "aborted")

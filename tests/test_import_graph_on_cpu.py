@@ -384,6 +384,70 @@ def test_rollout_and_sharding_manager_point_one_way():
     assert not back, f"workers.rollout imports workers.sharding_manager: {back}"
 
 
+# ---------------------------------------------------------------------------- generation, serving, agent loops
+
+_DOTTED_PATH = re.compile(rf"{PACKAGE}(\.[A-Za-z_]\w*)+")
+
+
+def string_targets(path: Path, known: set[str]) -> set[str]:
+    """The package modules named by a string of ``path`` that is a dotted path (a ``_target_``, a class path
+    ``"hybridrl.x.y.Class"``, a module name for ``importlib``): the longest known module prefix of each."""
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED_PATH.fullmatch(node.value):
+            parts = node.value.split(".")
+            prefixes = (".".join(parts[:end]) for end in range(len(parts), 1, -1))
+            targets.update(next(([p] for p in prefixes if p in known), []))
+    return targets
+
+
+def every_reference(source_prefix: str) -> Iterator[tuple[str, str, str]]:
+    """``(module, target, how)`` for every package module ``source_prefix``'s modules import (at module level, in
+    functions) or name in a string."""
+    files = module_files()
+    imports = import_graph(functions=True)
+    for module, path in sorted(files.items()):
+        if not _in(module, source_prefix):
+            continue
+        for target in sorted(imports[module]):
+            yield module, target, "import"
+        for target in sorted(string_targets(path, set(files)) - {module}):
+            yield module, target, "string"
+
+
+def _between(first: str, second: str) -> list[tuple[str, str, str]]:
+    return [edge for edge in every_reference(first) if _in(edge[1], second)] + [
+        edge for edge in every_reference(second) if _in(edge[1], first)
+    ]
+
+
+def test_serving_and_the_agent_loops_never_reference_each_other():
+    """``hybridrl.serving`` and ``hybridrl.experimental`` build on ``hybridrl.generation``; what needs both
+    (the OpenAI-client agent loop) lives above them, in ``hybridrl.agents``."""
+    wrong = _between(f"{PACKAGE}.serving", f"{PACKAGE}.experimental")
+    assert not wrong, f"serving <-> experimental references (module, target, how): {wrong}"
+
+
+def test_generation_references_none_of_its_users():
+    users = [f"{PACKAGE}.{name}" for name in ("serving", "experimental", "agents", "workers", "trainer")]
+    wrong = [edge for edge in every_reference(f"{PACKAGE}.generation") if any(_in(edge[1], u) for u in users)]
+    assert not wrong, f"hybridrl.generation references a package built on it (module, target, how): {wrong}"
+
+
+def test_string_references_are_found(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        'REGISTRY = {"x": {"_target_": "hybridrl.serving.training_endpoint.TrainingEndpoint"}}\n'
+        'MODULE = "hybridrl.experimental.agent_loop"\n'
+        '"""A docstring naming hybridrl.serving is prose, not a reference."""\n'
+    )
+    known = set(module_files())
+    assert string_targets(planted, known) == {
+        f"{PACKAGE}.serving.training_endpoint",
+        f"{PACKAGE}.experimental.agent_loop",
+    }
+
+
 if __name__ == "__main__":
     for title, graph in (
         ("module-level imports", import_graph()),

@@ -141,7 +141,7 @@ def encode_prompts(tokenizer: Any, rows: list[dict], max_prompt_length: int) -> 
 def greedy_completions(model: Any, tokenizer: Any, rows: list[dict], max_new_tokens: int,
                        max_prompt_length: int) -> list[str]:
     """The greedy completion of each row's prompt (hybridrl's decode loop, stopping at the model's EOS ids)."""
-    from hybridrl.generation.sampling import SamplingParams, collect_eos_token_ids
+    from hybridrl.generation import SamplingParams, collect_eos_token_ids
     from hybridrl.workers.rollout.decoding import decode_batch
 
     input_ids, attention_mask = encode_prompts(tokenizer, rows, max_prompt_length)

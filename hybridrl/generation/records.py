@@ -1,25 +1,58 @@
-"""One server request: the caller's sampling-params dict → engine-neutral parameters, and the result type.
+"""The records of generation: the sampling settings, one token-in/token-out request, and what comes back.
 
-The dict keys (fixed by the agent-loop interface): ``max_tokens`` (int, required), ``temperature``,
-``top_p``, ``top_k``, ``logprobs`` (bool), ``seed`` (int | None), ``ignore_eos``, ``min_tokens`` (int, no stop id
-before that many tokens, as vLLM's). A key left out takes the ``actor_rollout_ref.rollout`` value (``temperature``,
-``top_p``, ``top_k``, ``calculate_log_probs``, ``ignore_eos``, ``min_tokens``; ``rollout.do_sample=False`` means
-greedy unless the request names a temperature). ``max_tokens`` is clamped to ``rollout.response_length``, the
-configured ``min_tokens`` to the request's ``max_tokens`` (a request's own ``min_tokens`` above it is an error). Greedy = temperature 0. ``val_kwargs`` are the
-caller's business. Stop ids are the engine's ``eos_token_ids``.
+    sampling_params dict (the wire form: ``REQUEST_KEYS``)  ──resolve_sampling──►  RequestParams  ──engine──►  TokenOutput
+    rollout config + DataProto.meta_info (sync rollout)     ──resolve_sampling──►  RequestParams.sampling
+
+``SamplingParams`` and ``RequestParams`` are built only by ``sampling.resolve_sampling``; engines read them, never a
+raw dict. Its optional
+fields (multimodal inputs, routed-expert records, a policy version) are carried for the engines that will use them;
+no engine reads them yet, and None keeps today's behaviour.
+
+Shapes: ``P`` prompt tokens, ``T`` generated tokens, ``L`` MoE layers, ``k`` experts per token (router top-k),
+``H, W, C`` image height, width, channels, ``F`` video frames.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from hybridrl.generation.sampling import SamplingParams
+__all__ = [
+    "META_INFO_KEY", "REQUEST_KEYS", "STOP_REASONS", "RequestParams", "SamplingParams", "TokenOutput", "check_prompt_ids",
+]  # fmt: skip
 
-REQUEST_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos", "min_tokens")
+META_INFO_KEY = "meta_info"  # the call's layer inside a request dict (``sampling.CALL_LAYER_KEYS``)
+REQUEST_KEYS = (
+    "max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos", "min_tokens", META_INFO_KEY,
+)  # fmt: skip
 STOP_REASONS = ("stop", "length", "aborted")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Engine-neutral sampling parameters (top_k <= 0 and top_p >= 1 mean "off")."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    do_sample: bool
+    max_new_tokens: int  # R: responses are padded/truncated to exactly this length
+    n: int
+    ignore_eos: bool
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    calculate_log_probs: bool
+    min_new_tokens: int = 0  # no stop id may be sampled before this many tokens (vLLM's ``min_tokens``)
+
+    @property
+    def greedy(self) -> bool:
+        return (not self.do_sample) or self.temperature <= 0.0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature of the distribution ``rollout_log_probs`` are taken under (1 when greedy)."""
+        return 1.0 if self.greedy else float(self.temperature)
 
 
 @dataclass(frozen=True)
@@ -27,118 +60,45 @@ class TokenOutput:
     """What the server returns for one request.
 
     Attributes:
-        token_ids: generated ids (EOS included when hit), ``len <= max_tokens``.
-        log_probs: one per token (``log_softmax(logits / T_lp)[token]``, see ``sampling.py``) when the request
-            asked for ``logprobs``, else None.
+        token_ids: ``[T]`` generated ids (EOS included when hit), ``T <= max_tokens``.
+        log_probs: ``[T]`` one per token (``log_softmax(logits / T_lp)[token]``, see ``sampling.py``) when the
+            request asked for ``logprobs``, else None.
         stop_reason: ``"stop"`` (an EOS id), ``"length"`` (``max_tokens``) or ``"aborted"``.
+        routed_experts: ``[T, L, k]`` int expert ids the router picked for each generated token (MoE routing
+            replay: the trainer routes the same tokens through the same experts), or None (dense model / not
+            recorded).
+        policy_version: the weights version that generated the tokens (the trainer's step of the last weight
+            sync), or None when the engine does not track it.
     """
 
     token_ids: list[int]
     log_probs: list[float] | None
     stop_reason: str
+    routed_experts: Any | None = None
+    policy_version: int | None = None
 
 
 @dataclass(frozen=True)
 class RequestParams:
-    """Resolved parameters of one request: ``sampling.max_new_tokens`` is its ``max_tokens``;
-    ``seed`` (None: the engine's shared RNG) makes its samples independent of batch composition."""
+    """One request, resolved (built by ``sampling.resolve_sampling`` only).
+
+    Attributes:
+        sampling: the effective sampling settings; ``sampling.max_new_tokens`` is the request's ``max_tokens``.
+        seed: None: the engine's shared RNG; an int makes the request's samples independent of batch composition.
+        multi_modal_data: the prompt's non-text inputs, vLLM's layout: ``{"image": [N_img x (PIL image or uint8
+            [H, W, C])], "video": [N_vid x uint8 [F, H, W, C]]}`` (their placeholder tokens are in the prompt ids),
+            or None for a text-only prompt.
+        routed_experts: ``[P, L, k]`` int expert ids to route the prompt tokens through (replaying the routing an
+            earlier turn recorded, ``TokenOutput.routed_experts``), or None to route freely.
+        policy_version: the weights version the caller requires (an engine holding another version refuses the
+            request), or None for whatever the engine holds.
+    """
 
     sampling: SamplingParams
-    seed: int | None
-
-
-def _bad(key: str, value: Any, expected: str) -> ValueError:
-    return ValueError(f"sampling_params[{key!r}]={value!r}: expected {expected}")
-
-
-def _number(params: Mapping[str, Any], key: str, kind: type, configured: Any) -> Any:
-    value = params.get(key)
-    if value is None:
-        return kind(configured)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (kind is int and not float(value).is_integer())
-    ):
-        raise _bad(key, value, "an int" if kind is int else "a number")
-    return kind(value)
-
-
-def _flag(params: Mapping[str, Any], key: str, configured: Any) -> bool:
-    value = params.get(key)
-    if value is None:
-        return bool(configured)
-    if not isinstance(value, (bool, int)):
-        raise _bad(key, value, "a bool")
-    return bool(value)
-
-
-def _max_tokens(params: Mapping[str, Any], response_length: int) -> int:
-    if params.get("max_tokens") is None:
-        raise KeyError("sampling_params['max_tokens'] is required (the number of tokens this turn may generate)")
-    value = _number(params, "max_tokens", int, None)
-    if value < 1:
-        raise _bad("max_tokens", value, "an int >= 1")
-    return min(value, int(response_length))
-
-
-def _min_tokens(params: Mapping[str, Any], configured: int, max_new_tokens: int) -> int:
-    """The request's ``min_tokens`` (at most its ``max_tokens``), else the configured one clamped to it."""
-    if params.get("min_tokens") is None:
-        return min(int(configured), max_new_tokens)
-    value = _number(params, "min_tokens", int, None)
-    if not 0 <= value <= max_new_tokens:
-        raise _bad("min_tokens", value, f"an int in [0, max_tokens={max_new_tokens}]")
-    return value
-
-
-def _seed(params: Mapping[str, Any]) -> int | None:
-    value = params.get("seed")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad("seed", value, "an int or None")
-    return int(value)
-
-
-def resolve_request_params(
-    sampling_params: Mapping[str, Any], rollout_config: Any, *, eos_token_ids: Iterable[int], pad_token_id: int
-) -> RequestParams:
-    """The caller's dict (keys in ``REQUEST_KEYS``) + the rollout section → ``RequestParams``.
-
-    Raises:
-        KeyError: ``max_tokens`` missing; ValueError: an unknown key or a value of the wrong type/range.
-    """
-    unknown = sorted(set(sampling_params) - set(REQUEST_KEYS))
-    if unknown:
-        raise ValueError(f"sampling_params has unknown keys {unknown}; accepted keys: {list(REQUEST_KEYS)}")
-    eos = tuple(int(i) for i in eos_token_ids)
-    if not eos:
-        raise ValueError("the rollout engine has no eos_token_ids: the server cannot stop requests")
-    temperature = _number(sampling_params, "temperature", float, rollout_config.temperature)
-    if sampling_params.get("temperature") is None and not bool(rollout_config.do_sample):
-        temperature = 0.0
-    max_new_tokens = _max_tokens(sampling_params, rollout_config.response_length)
-    params = SamplingParams(
-        temperature=temperature,
-        top_k=_number(sampling_params, "top_k", int, rollout_config.top_k),
-        top_p=_number(sampling_params, "top_p", float, rollout_config.top_p),
-        do_sample=temperature > 0.0,
-        max_new_tokens=max_new_tokens,
-        n=1,
-        ignore_eos=_flag(sampling_params, "ignore_eos", rollout_config.ignore_eos),
-        eos_token_ids=eos,
-        pad_token_id=int(pad_token_id),
-        calculate_log_probs=_flag(sampling_params, "logprobs", rollout_config.calculate_log_probs),
-        min_new_tokens=_min_tokens(sampling_params, rollout_config.min_tokens, max_new_tokens),
-    )
-    if temperature < 0:
-        raise _bad("temperature", temperature, "a float >= 0 (0 = greedy)")
-    if not 0.0 < params.top_p <= 1.0:
-        raise _bad("top_p", params.top_p, "a float in (0, 1]")
-    if params.greedy:
-        params = replace(params, temperature=0.0, top_k=-1, top_p=1.0)
-    return RequestParams(sampling=params, seed=_seed(sampling_params))
+    seed: int | None = None
+    multi_modal_data: dict[str, list[Any]] | None = None
+    routed_experts: Any | None = None
+    policy_version: int | None = None
 
 
 def check_prompt_ids(prompt_ids: Any) -> list[int]:

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from hybridrl.experimental.agent_loop.tool_parser import ToolParser
+from hybridrl.generation.tool_parser import ToolParser
 from hybridrl.serving.choices import Choice
 from hybridrl.serving.errors import OpenAIError, invalid_request
 from hybridrl.serving.prompts import PromptRenderer

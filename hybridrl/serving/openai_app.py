@@ -27,7 +27,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from hybridrl.experimental.agent_loop.tool_parser import ToolParser
+from hybridrl.generation.tool_parser import ToolParser
 from hybridrl.serving.chat import chat_completion
 from hybridrl.serving.completions import text_completion
 from hybridrl.serving.context import ServingContext

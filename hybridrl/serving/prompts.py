@@ -6,7 +6,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+from hybridrl.generation.chat_tokens import ChatTokens
 from hybridrl.serving.errors import invalid_request
 
 _RENDERER_CACHE_SIZE = 64  # distinct (tools, template kwargs) pairs kept; agents reuse a handful

@@ -4,9 +4,10 @@ One per ``AgentLoopWorker`` process, started on first use, on ``127.0.0.1`` and 
 the worker's ``AsyncLLMServerManager`` to the rollout servers (the trajectory id is the routing key, so a
 conversation stays on one server). For trajectories the trainer started (``begin``) the endpoint:
 
-- samples with the run's settings: ``rollout.temperature/top_p/top_k`` (``val_kwargs`` when validating), a seed per
-  completion derived from the trajectory's seed; the client's sampling values are ignored, so the engine's
-  log-probs are those of the distribution the trainer assumes;
+- samples with the run's settings: the client's ``temperature/top_p/top_k`` are dropped and the request carries
+  the agent-loop call's layer instead, so the server resolves ``rollout.temperature/top_p/top_k`` (``val_kwargs``
+  when validating, greedy when the call asks for it) once, and the engine's log-probs are those of the
+  distribution the trainer assumes; a seed per completion derived from the trajectory's seed;
 - bounds each chain of the conversation to ``rollout.response_length`` tokens after its first prompt: a request's
   ``max_tokens`` is clamped to what is left (never refused: an agent written for another deployment may ask for
   more), and a request past the budget gets an empty completion with ``finish_reason: length``; the first prompt
@@ -22,7 +23,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridrl.generation.records import TokenOutput
+from hybridrl.generation.records import META_INFO_KEY, TokenOutput
+from hybridrl.generation.tool_parser import ToolParser
 from hybridrl.serving.continuation import ContinuationRenderer
 from hybridrl.serving.errors import OpenAIError
 from hybridrl.serving.openai_app import TRAJECTORY_HEADER, build_openai_app
@@ -33,6 +35,7 @@ __all__ = ["TrainingEndpoint", "endpoint_for"]
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # request bodies above this are refused (413): no chat history needs more
 MAX_CHOICES = 8  # `n` per request; a trajectory's samples come from its first choice (more are recorded too)
 UNBOUNDED = 2**31 - 1  # app-level token limits in training (the per-chain checks of _generate apply instead)
+RUN_SETTINGS = ("temperature", "top_p", "top_k")  # a trajectory's values of these replace the client's
 
 
 @dataclass
@@ -85,8 +88,6 @@ class TrainingEndpoint:
         self.api_key = rollout.agent.custom_rollout_function.api_key
         self.trajectories: dict[str, _Trajectory] = {}
         template_kwargs = dict(config.data.get("apply_chat_template_kwargs") or {})
-        from hybridrl.experimental.agent_loop.tool_parser import ToolParser
-
         parser = ToolParser.get_tool_parser(str(rollout.multi_turn.format), tokenizer)
         self.renderer = ContinuationRenderer(tokenizer, template_kwargs, parser)
         self.prompt_length = int(rollout.prompt_length)
@@ -128,8 +129,10 @@ class TrainingEndpoint:
                                   timeout=timeout_s, default_headers={TRAJECTORY_HEADER: trajectory_id})
 
     def begin(self, trajectory_id: str, sampling_params: dict[str, Any]) -> None:
-        """Start recording ``trajectory_id``, sampled with ``sampling_params`` (``seed`` per trajectory)."""
-        params = {k: v for k, v in sampling_params.items() if k in ("temperature", "top_p", "top_k")}
+        """Start recording ``trajectory_id``, sampled with the agent loop's ``sampling_params``: its call's layer
+        (``meta_info``: validation, greedy) and any ``RUN_SETTINGS`` it names go with every request, the client's
+        ``RUN_SETTINGS`` are dropped (the server resolves the rest from the rollout config); ``seed`` per trajectory."""
+        params = {k: v for k, v in sampling_params.items() if k in (*RUN_SETTINGS, META_INFO_KEY)}
         self.trajectories[trajectory_id] = _Trajectory(params, sampling_params.get("seed"))
 
     def end(self, trajectory_id: str) -> list[CompletionRecord]:
@@ -145,6 +148,7 @@ class TrainingEndpoint:
             return TokenOutput(token_ids=[], log_probs=[], stop_reason="length")
         params = {**sampling_params, "max_tokens": min(int(sampling_params["max_tokens"]), remaining)}
         if trajectory is not None:
+            params = {k: v for k, v in params.items() if k not in RUN_SETTINGS}
             params.update(trajectory.sampling_params, logprobs=True)
             if trajectory.seed is not None:
                 params["seed"] = int(trajectory.seed) * 1_009 + trajectory.calls

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+    from hybridrl.generation.chat_tokens import ChatTokens
     from hybridrl.workers.rollout.async_server import build_async_server
     from hybridrl.workers.rollout.hf_rollout import HFRollout
 

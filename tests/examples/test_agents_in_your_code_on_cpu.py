@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from config_testlib import compose_config
 
+from hybridrl.agents.openai_agent_loop import OpenAIAgentLoop
+from hybridrl.agents.trajectory_samples import samples_from_completions
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopMetrics
-from hybridrl.experimental.agent_loop.trajectory_samples import samples_from_completions
-from hybridrl.serving.openai_agent_loop import OpenAIAgentLoop
 from hybridrl.serving.training_endpoint import TrainingEndpoint
 from hybridrl.workers.rollout.async_server import TokenOutput
 
@@ -157,7 +157,7 @@ def test_the_agent_leaves_each_turns_length_to_the_training_endpoint(tokenizer, 
 def test_a_conversation_that_outgrows_the_context_scores_zero(tokenizer, tiny_model_dir):
     """The conversation spends its response budget in the first turn: the next request gets an empty completion
     (finish_reason "length") without reaching the engine, and the agent ends the episode with reward 0."""
-    from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+    from hybridrl.generation.chat_tokens import ChatTokens
 
     first_prompt = len(ChatTokens(tokenizer).prompt_ids(_row()["raw_prompt"]))
     call = len(tokenizer.encode(CALL_TEXT, add_special_tokens=False)) + 1

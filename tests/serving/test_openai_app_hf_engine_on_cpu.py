@@ -10,7 +10,7 @@ import torch
 from serving_testlib import ListRecorder, make_app, openai_client
 
 from hybridrl.config import compose_config
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+from hybridrl.generation.chat_tokens import ChatTokens
 from hybridrl.serve import build_engine, served_model_name
 from hybridrl.serving import ServeLimits
 from hybridrl.workers.rollout.async_server import build_async_server

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 from serving_testlib import LIMITS, MODEL, ListRecorder, ScriptedGenerate, make_app, openai_client
 
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+from hybridrl.generation.chat_tokens import ChatTokens
 from hybridrl.serving import TRAJECTORY_HEADER
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 1 + 2?"}]

@@ -10,7 +10,7 @@ import openai
 import pytest
 from serving_testlib import MODEL, ListRecorder, ScriptedGenerate, make_app, openai_client
 
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
+from hybridrl.generation.chat_tokens import ChatTokens
 
 CALCULATOR = {
     "type": "function",

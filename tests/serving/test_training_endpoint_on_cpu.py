@@ -10,9 +10,9 @@ import json
 import pytest
 from config_testlib import compose_config
 
+from hybridrl.agents.openai_agent_loop import OpenAIAgentLoop
+from hybridrl.agents.trajectory_samples import samples_from_completions
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopMetrics
-from hybridrl.experimental.agent_loop.trajectory_samples import samples_from_completions
-from hybridrl.serving.openai_agent_loop import OpenAIAgentLoop
 from hybridrl.serving.training_endpoint import TrainingEndpoint
 from hybridrl.workers.rollout.async_server import TokenOutput
 

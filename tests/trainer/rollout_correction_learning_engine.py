@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.workers.rollout import register_rollout
 from hybridrl.workers.rollout.hf_rollout import HFRollout, build_hf_engine_model
 

@@ -132,16 +132,19 @@ class AgentLoopBase(ABC):
         or none: the trainer then trains on those samples, each carrying its row's columns).
 
         Args:
-            sampling_params: ``temperature``, ``top_p``, ``top_k``, ``logprobs``, ``seed`` (per trajectory); the
-                loop adds ``max_tokens`` per generation (what is left of ``rollout.response_length``).
+            sampling_params: the request values of this trajectory: ``seed``, ``logprobs``
+                (``rollout.calculate_log_probs``) and ``meta_info`` (the call's layer: validation, greedy); the loop
+                adds ``max_tokens`` per generation (what is left of ``rollout.response_length``) and passes the
+                dict on to ``server_manager.generate``, whose server resolves the sampling settings once
+                (``hybridrl.generation.sampling``).
             **kwargs: the row's dataset columns (``raw_prompt``, ``tools_kwargs``, ``interaction_kwargs``,
                 ``index``, ``extra_info``, ...).
         """
 
 
 _agent_loop_registry: dict[str, dict[str, str]] = {
-    # registered here by path (not imported): hybridrl.serving builds on this package
-    "openai_agent": {"_target_": "hybridrl.serving.openai_agent_loop.OpenAIAgentLoop"},
+    # registered here by path (not imported): hybridrl.agents builds on this package and on hybridrl.serving
+    "openai_agent": {"_target_": "hybridrl.agents.openai_agent_loop.OpenAIAgentLoop"},
 }
 
 

@@ -7,8 +7,8 @@ from typing import Any
 from uuid import uuid4
 
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
 from hybridrl.experimental.agent_loop.trajectory import Trajectory
+from hybridrl.generation.chat_tokens import ChatTokens
 
 __all__ = ["SingleTurnAgentLoop"]
 

@@ -27,10 +27,10 @@ from typing import Any
 from uuid import uuid4
 
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
-from hybridrl.experimental.agent_loop.tool_parser import ToolParser
 from hybridrl.experimental.agent_loop.tool_session import ToolSession, truncate_tool_response
 from hybridrl.experimental.agent_loop.trajectory import Trajectory
+from hybridrl.generation.chat_tokens import ChatTokens
+from hybridrl.generation.tool_parser import ToolParser
 
 __all__ = ["ToolAgentLoop"]
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from hybridrl.generation.sampling import SamplingParams, collect_eos_token_ids, resolve_sampling_params
+from hybridrl.generation import SamplingParams, collect_eos_token_ids, resolve_sampling_params
 from hybridrl.workers.rollout.base import BaseRollout
 
 RolloutBuilder = Callable[..., BaseRollout]

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from hybridrl.generation.sampling import SamplingParams, resolve_sampling_params
+from hybridrl.generation.records import SamplingParams
+from hybridrl.generation.sampling import resolve_sampling
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import remove_pad_token
 from hybridrl.workers.rollout.output import build_rollout_tensors, pad_log_probs, pad_responses
@@ -91,9 +92,12 @@ class BaseRollout(ABC):
         ``meta_info["timing"]["generate_sequences"]`` (seconds). Non-tensor columns are repeated with rows.
         """
         start = time.perf_counter()
-        params = resolve_sampling_params(
-            self.rollout_config, prompts.meta_info, eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id
-        )
+        params = resolve_sampling(
+            self.rollout_config,
+            meta_info=prompts.meta_info,
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+        ).sampling
         missing = [k for k in _PROMPT_KEYS if k not in prompts.batch.keys()]
         if missing:
             raise KeyError(f"rollout input is missing {missing}; expected left-padded {list(_PROMPT_KEYS)} [B, P]")

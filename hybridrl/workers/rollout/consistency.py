@@ -7,7 +7,7 @@ verl 0.5 logs, when the rollout returns ``rollout_log_probs``::
 
 hybridrl adds ``check_rollout_probs_diff``: a difference beyond a bound is an error with a
 diagnosis instead of a silent degradation (stale weights, dtype or sampling mismatches, templates).
-Both sides must be taken at the same temperature (see ``sampling.py`` for the definition).
+Both sides must be taken at the same temperature (see ``generation/sampling.py`` for the definition).
 """
 
 from __future__ import annotations

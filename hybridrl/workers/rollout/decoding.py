@@ -10,7 +10,7 @@
 - *compacts* the batch: once a quarter of the active rows are finished, they are dropped from the
   KV cache, so later steps only run the rows still generating;
 - returns the log-prob of every sampled token under the full distribution at ``logprob_temperature``
-  (see ``sampling.py``), which costs one ``log_softmax`` per step and no second forward;
+  (see ``generation/sampling.py``), which costs one ``log_softmax`` per step and no second forward;
 - writes keys/values in place into a preallocated cache (``kv_cache.py``) instead of transformers'
   ``torch.cat`` per step, and slices each step's attention mask from one precomputed ``[B, P + R]`` mask;
 - samples by inverse CDF (``draw_inverse_cdf``, one uniform per row) instead of ``torch.multinomial`` (an
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.utils.hf_cache import cache_kwarg
 from hybridrl.utils.remove_padding import all_padding_columns, common_prefix_length, prefix_first_mask, prompt_groups
 from hybridrl.workers.rollout.packed_head import MIN_PACKED_VOCAB, packed_output_head

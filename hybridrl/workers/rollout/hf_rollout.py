@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch

@@ -8,7 +8,7 @@ Shapes (B rows, P prompt length, R = response length):
     attention_mask     [B, P+R]  cat(prompt mask, response mask); the response mask is 1 up to and
                                  including the first EOS (verl's get_response_mask)
     position_ids       [B, P+R]  prompt positions, then last prompt position + 1, + 2, ...
-    rollout_log_probs  [B, R]    optional; -1 on padding (verl pads with -1), see sampling.py
+    rollout_log_probs  [B, R]    optional; -1 on padding (verl pads with -1), see generation/sampling.py
 """
 
 from __future__ import annotations

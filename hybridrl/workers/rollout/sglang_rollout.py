@@ -8,7 +8,7 @@ SGLang cannot be installed on the CPU machine; its real test is ``@pytest.mark.g
 
 Log-probs: ``meta_info.output_token_logprobs`` as SGLang returns them; per SGLang's documentation and tests these are
 taken after temperature scaling (``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` gives T = 1 instead), i.e. hybridrl's
-definition (``sampling.py``) — not verified here (docs/rollout-correction.md, engine table).
+definition (``generation/sampling.py``) — not verified here (docs/rollout-correction.md, engine table).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.hf_rollout import resolve_dtype
 

@@ -7,7 +7,7 @@ actor that already holds a gloo process group, with ``VLLM_ENABLE_V1_MULTIPROCES
 
 Weights follow the actor through vLLM's in-place ``reload_weights`` worker method (``collective_rpc``),
 bucket by bucket; it re-runs the CPU backend's weight repacking, which a bare ``model.load_weights``
-would skip. Log-probs: hybridrl's definition (``sampling.py``) is ``log_softmax(logits / T)`` of the sampled
+would skip. Log-probs: hybridrl's definition (``generation/sampling.py``) is ``log_softmax(logits / T)`` of the sampled
 token on the *untruncated* distribution; ``vllm_logprobs_mode`` picks the vLLM ``logprobs_mode`` that returns
 exactly that for the configured training sampling (see its docstring for the one case no mode covers).
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.hf_rollout import resolve_dtype
 from hybridrl.workers.rollout.vllm_lora import VLLMAdapterSlot, lora_engine_kwargs

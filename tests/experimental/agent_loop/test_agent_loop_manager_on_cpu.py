@@ -25,8 +25,8 @@ from hybridrl.experimental.agent_loop import (
     AgentLoopWorker,
     register,
 )
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
 from hybridrl.experimental.agent_loop.trajectory import Trajectory
+from hybridrl.generation.chat_tokens import ChatTokens
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import compute_position_id_with_mask
 from tests.workers.fsdp_workers_testlib import ppo_batch, ppo_config

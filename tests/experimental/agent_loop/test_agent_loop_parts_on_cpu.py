@@ -17,10 +17,10 @@ from hybridrl.experimental.agent_loop.agent_loop import (
     resolve_agent_loop,
 )
 from hybridrl.experimental.agent_loop.postprocess import agent_metrics, outputs_to_batch
-from hybridrl.experimental.agent_loop.sampling import call_sampling_params, trajectory_seed
 from hybridrl.experimental.agent_loop.server_manager import AsyncLLMServerManager
 from hybridrl.experimental.agent_loop.tool_session import truncate_tool_response
 from hybridrl.experimental.agent_loop.trajectory import Trajectory
+from hybridrl.generation.sampling import call_sampling_params, trajectory_seed
 from tests.config_testlib import compose_section
 
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 from rollout_testlib import make_prompts, redrawn_tiny_model
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.workers.rollout.decoding import (
     AUTO_INVERSE_CDF_MIN_VOCAB,
     DecodeOptions,

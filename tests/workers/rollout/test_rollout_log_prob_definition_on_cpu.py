@@ -78,7 +78,7 @@ def test_continuous_batching_rows_report_untruncated_log_probs_at_their_own_temp
     """hf async server (``hf_batcher.sample_rows``): rows with different temperature/top-k/top-p in one batch."""
     from types import SimpleNamespace
 
-    from hybridrl.generation.sampling import SamplingParams
+    from hybridrl.generation.records import SamplingParams
     from hybridrl.workers.rollout.async_server.hf_batcher import sample_rows
 
     def row(temperature: float, top_k: int, top_p: float):

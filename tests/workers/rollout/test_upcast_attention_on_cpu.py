@@ -15,7 +15,7 @@ import pytest
 import torch
 from rollout_testlib import make_prompts, redrawn_tiny_model
 
-from hybridrl.generation.sampling import SamplingParams
+from hybridrl.generation.records import SamplingParams
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
 from hybridrl.workers.rollout.upcast_attention import UPCAST_ATTN, fp32_attention, upcast_sdpa_forward
 

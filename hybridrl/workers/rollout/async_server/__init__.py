@@ -11,14 +11,15 @@
 - vllm: the in-process engine's own continuous batching (``vllm_engine.py``), same engine thread.
 - sglang: ``Engine.async_generate`` on a private event loop (``sglang_server.py``).
 
-Requests are described in ``request.py`` (keys, defaults from the rollout section, ``TokenOutput``).
+Requests are described in ``hybridrl.generation`` (``records.py``: keys, ``TokenOutput``; ``sampling.py``: how a
+request's settings are resolved).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hybridrl.generation.records import REQUEST_KEYS, TokenOutput, resolve_request_params
+from hybridrl.generation import REQUEST_KEYS, TokenOutput, resolve_request_params
 from hybridrl.workers.rollout.async_server.engine_loop import AsyncRolloutServer, StepEngine, ThreadedStepServer
 
 

@@ -23,12 +23,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridrl.generation.records import (
-    RequestParams,
-    TokenOutput,
-    check_prompt_ids,
-    resolve_request_params,
-)
+from hybridrl.generation.records import RequestParams, TokenOutput, check_prompt_ids
+from hybridrl.generation.sampling import resolve_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +90,10 @@ class AsyncRolloutServer(ABC):
         return await asyncio.wrap_future(self.submit(request_id, prompt_ids, sampling_params))
 
     def resolve(self, sampling_params: Mapping[str, Any]) -> RequestParams:
-        """The request's parameters (clear errors for bad keys; see ``request.py``)."""
-        return resolve_request_params(
-            sampling_params,
+        """The request's parameters (clear errors for bad keys; see ``hybridrl.generation.sampling``)."""
+        return resolve_sampling(
             self.rollout_config,
+            request=sampling_params,
             eos_token_ids=self.engine.eos_token_ids,
             pad_token_id=self.engine.pad_token_id,
         )

@@ -88,7 +88,7 @@ def test_a_finished_request_frees_its_slot_for_a_waiting_one(model, tokenizer):
 
 
 def _resolver(engine):
-    from hybridrl.generation.records import resolve_request_params
+    from hybridrl.generation.sampling import resolve_request_params
 
     def resolve(sampling_params):
         return resolve_request_params(

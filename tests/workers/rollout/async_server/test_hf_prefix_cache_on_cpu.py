@@ -19,7 +19,7 @@ from async_server_testlib import (
     top2_margin,
 )
 
-from hybridrl.generation.records import resolve_request_params
+from hybridrl.generation.sampling import resolve_request_params
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest
 from hybridrl.workers.rollout.async_server.hf_batcher import HFBatcher
 from hybridrl.workers.rollout.async_server.prefix_cache import CachedPrefix, ConversationPrefixCache

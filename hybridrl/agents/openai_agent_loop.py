@@ -24,10 +24,10 @@ import time
 from typing import Any
 from uuid import uuid4
 
+from hybridrl.agents.trajectory_samples import samples_from_completions
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
-from hybridrl.experimental.agent_loop.chat_tokens import ChatTokens
 from hybridrl.experimental.agent_loop.postprocess import REWARD_SCORES_KEY
-from hybridrl.experimental.agent_loop.trajectory_samples import samples_from_completions
+from hybridrl.generation.chat_tokens import ChatTokens
 from hybridrl.serving.training_endpoint import endpoint_for
 from hybridrl.utils.import_utils import load_extern_type
 

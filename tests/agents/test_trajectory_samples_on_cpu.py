@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from hybridrl.agents.trajectory_samples import chain_completions, samples_from_completions
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from hybridrl.experimental.agent_loop.postprocess import outputs_to_batch
-from hybridrl.experimental.agent_loop.trajectory_samples import chain_completions, samples_from_completions
 from hybridrl.protocol import DataProto
 from hybridrl.protocol.keys import ROLLOUT_ROW_KEY
 from hybridrl.trainer.ppo.stages import align_rows

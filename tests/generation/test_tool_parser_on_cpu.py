@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hybridrl.experimental.agent_loop.tool_parser import (
+from hybridrl.generation.tool_parser import (
     FunctionCall,
     HermesToolParser,
     ParsedToolCalls,

@@ -8,13 +8,14 @@ the measured call then records each ``hybridrl/`` source file a Python function 
 
 - ``request``: the files between the manager and the engine and back (the manager, the agent-loop worker and loop,
   the server and the engine), without the ``wake_up`` / ``sleep`` around them (weight sync, memory release);
-- ``call``: the whole ``AgentLoopManager.generate_sequences`` call, ``wake_up`` and ``sleep`` included.
+- ``call``: the whole ``AgentLoopManager.generate_sequences`` call, ``wake_up`` and ``sleep`` included;
+- ``sampling_resolutions``: how many times the request's sampling settings are worked out (``RESOLVERS``).
 
-Run from the root of the checkout to measure (its ``tests/`` helpers build the config)::
+Run with the checkout to measure first on ``PYTHONPATH`` (its ``tests/`` helpers build the config)::
 
-    PYTHONPATH=$PWD python scripts/dev/trace_agent_request.py [--files]
+    PYTHONPATH=/path/to/checkout python scripts/dev/trace_agent_request.py [--files]
 
-Prints JSON: the two counts, and with ``--files`` the files themselves.
+Prints JSON: the counts, and with ``--files`` the files themselves.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class _Tracer:
     def __init__(self) -> None:
         self.package_dir = ""
         self.files: set[str] = set()
+        self.resolutions = 0
         self.recording = False
         self.skip_wake_sleep = True
         self._pause_depth = 0
@@ -92,6 +94,9 @@ class _Tracer:
             filename = frame.f_code.co_filename
             if filename.startswith(self.package_dir):
                 self.files.add(os.path.relpath(filename, os.path.dirname(self.package_dir)))
+                caller = frame.f_back.f_code.co_name if frame.f_back is not None else ""
+                if frame.f_code.co_name in RESOLVERS and caller not in RESOLVERS:
+                    self.resolutions += 1
 
     def paused(self) -> Any:
         tracer = self
@@ -106,7 +111,7 @@ class _Tracer:
         return _Paused()
 
     def record(self, fn: Any) -> set[str]:
-        self.files, self.recording = set(), True
+        self.files, self.resolutions, self.recording = set(), 0, True
         threading.setprofile(self)
         sys.setprofile(self)
         try:
@@ -119,6 +124,9 @@ class _Tracer:
 
 
 _TRACER = _Tracer()
+# the functions that work out a request's sampling settings, before and after hybridrl.generation (a call from one
+# of them to another, e.g. a view calling the resolver, counts once)
+RESOLVERS = {"call_sampling_params", "resolve_request_params", "resolve_sampling_params", "resolve_sampling"}
 
 
 # ---------------------------------------------------------------------------- the setup of the manager test
@@ -163,6 +171,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import hybridrl
+
+    checkout = Path(hybridrl.__file__).resolve().parents[1]  # the measured checkout's test helpers build the config
+    sys.path[:0] = [str(checkout), str(checkout / "tests")]
     import hybridrl.experimental.agent_loop.manager as manager_module
     from hybridrl.experimental.agent_loop import AgentLoopManager
     from hybridrl.utils.tiny_model import build_tiny_model
@@ -191,12 +202,14 @@ def main() -> None:
     manager.generate_sequences(_batch(tokenizer))  # warm-up: lazy imports, first-call set-up
 
     request = _TRACER.record(lambda: manager.generate_sequences(_batch(tokenizer)))
+    resolutions = _TRACER.resolutions
     _TRACER.skip_wake_sleep = False
     with_wake_sleep = _TRACER.record(lambda: manager.generate_sequences(_batch(tokenizer)))
     result: dict[str, Any] = {
         "hybridrl": _TRACER.package_dir,
         "request_files": len(request),
         "call_files": len(with_wake_sleep),
+        "sampling_resolutions": resolutions,
     }
     if args.files:
         result["request"] = sorted(request)

@@ -176,7 +176,11 @@ def main() -> None:
     sys.path[:0] = [str(checkout), str(checkout / "tests")]
     import hybridrl.experimental.agent_loop.manager as manager_module
     from hybridrl.experimental.agent_loop import AgentLoopManager
-    from hybridrl.utils.tiny_model import build_tiny_model
+
+    try:  # the tiny test model's builder moved to hybridrl.models; the "before" checkout has it in utils
+        from hybridrl.models.tiny import build_tiny_model
+    except ImportError:
+        from hybridrl.utils.tiny_model import build_tiny_model
     from hybridrl.workers.async_actor_rollout_ref_worker import AsyncActorRolloutRefWorker
     from tests.workers.fsdp_workers_testlib import ppo_config
 

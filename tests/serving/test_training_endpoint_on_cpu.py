@@ -13,6 +13,7 @@ from config_testlib import compose_config
 from hybridrl.agents.openai_agent_loop import OpenAIAgentLoop
 from hybridrl.agents.trajectory_samples import samples_from_completions
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopMetrics
+from hybridrl.generation import resolve_request_params
 from hybridrl.serving.training_endpoint import TrainingEndpoint
 from hybridrl.workers.rollout.async_server import TokenOutput
 
@@ -94,6 +95,22 @@ def test_replayed_tool_conversation_continues_from_the_models_tokens(tools_token
     params = [call[2] for call in servers.calls]
     assert [p["temperature"] for p in params] == [0.7, 0.7] and params[0]["top_p"] == 0.9
     assert params[0]["seed"] != params[1]["seed"] and all(p["logprobs"] for p in params)
+
+
+def test_the_agent_loops_call_layer_reaches_the_server_and_the_clients_temperature_does_not(
+        tools_tokenizer, tools_config):
+    # what AgentLoopWorker gives each trajectory of a validation call: seed, logprobs and the call's layer
+    sampling = {"seed": 5, "logprobs": True, "meta_info": {"validate": True}}
+    servers, _, _, _ = _run_conversation(tools_config, tools_tokenizer, [CALL_TEXT, "#### 84"], sampling)
+    params = [call[2] for call in servers.calls]
+    assert [p["meta_info"] for p in params] == [{"validate": True}] * 2
+    assert not any("temperature" in p for p in params)  # the client's temperature=0.1 is dropped
+    # the server resolves the settings once: validation's (the YAML's val_kwargs: do_sample False → greedy), and
+    # the first completion's seed 5 * 1009 + 0
+    rollout = tools_config.actor_rollout_ref.rollout
+    resolved = resolve_request_params(params[0], rollout, eos_token_ids=[tools_tokenizer.eos_token_id], pad_token_id=0)
+    assert not rollout.val_kwargs.do_sample and rollout.do_sample
+    assert (resolved.sampling.temperature, resolved.sampling.do_sample, resolved.seed) == (0.0, False, 5045)
 
 
 def test_an_edited_history_starts_a_new_chain(tools_tokenizer, tiny_model_dir):

@@ -164,6 +164,9 @@ def call_sampling_params(rollout_config: Any, meta_info: Mapping[str, Any]) -> d
     }
 
 
+# ---------------------------------------------------------------------------- seeds and stop ids
+
+
 def trajectory_seed(base_seed: int, meta_info: Mapping[str, Any], row: int) -> int:
     """Seed of agent-loop trajectory ``row`` (its position in the step's generation batch)."""
     step = int(meta_info.get("global_steps", 0) or 0)

@@ -305,7 +305,9 @@ def _seed(request: Mapping[str, Any]) -> int | None:
 
 
 def _request_layer(request: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
-    """Layer 3: the request's values over ``current`` (layers 1-2), type-checked and clamped."""
+    """Layer 3: the request's values over ``current`` (layers 1-2), type-checked and clamped (the checks run in the
+    order of the request's fields, so a request with several bad values names the same one first, whoever asks)."""
+    temperature = _number(request, "temperature", float, current["temperature"])
     max_new_tokens = _max_tokens(request, current["max_new_tokens"])
     values = {
         "top_k": _number(request, "top_k", int, current["top_k"]),
@@ -316,13 +318,11 @@ def _request_layer(request: Mapping[str, Any], current: Mapping[str, Any]) -> di
         "calculate_log_probs": _flag(request, "logprobs", current["calculate_log_probs"]),
         "min_new_tokens": _min_tokens(request, current["min_new_tokens"], max_new_tokens),
     }
-    temperature = current["temperature"] if current["do_sample"] else 0.0
     if request.get("temperature") is not None:  # a request that names a temperature samples iff it is > 0
-        temperature = _number(request, "temperature", float, None)
+        if temperature < 0:
+            raise _bad("temperature", temperature, "a float >= 0 (0 = greedy)")
         values.update(temperature=temperature, do_sample=temperature > 0.0)
-    if temperature < 0:
-        raise _bad("temperature", temperature, "a float >= 0 (0 = greedy)")
-    if not 0.0 < values["top_p"] <= 1.0:
+    if request.get("top_p") is not None and not 0.0 < values["top_p"] <= 1.0:
         raise _bad("top_p", values["top_p"], "a float in (0, 1]")
     return values
 

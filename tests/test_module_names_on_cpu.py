@@ -32,13 +32,15 @@ ALLOWED_DUPLICATES: dict[str, str] = {
     "reward_model_worker.py": "engine siblings: the reward-model worker on FSDP and on Megatron",
     "sampler.py": "verl's path of the custom-sampler base classes: experimental/dataset/sampler re-exports "
     "utils/dataset/sampler (the data layer's, below the trainer)",
+    "tool_parser.py": "verl's import path of the tool-call parsers (experimental.agent_loop.tool_parser re-exports "
+    "generation.tool_parser)",
     "tool_registry.py": "verl's two import paths of the tool registry (tools.utils.tool_registry re-exports)",
     "worker.py": "a Ray worker class of its package: the SPMD base Worker (verl's path), the Megatron policy "
     "worker, the agent-loop worker",
 }
 
 # Pairs renamed on other branches of the same refactor; the lead empties this set once they are merged.
-PENDING_MERGE: set[str] = {"sampling.py", "kv_cache.py"}
+PENDING_MERGE: set[str] = {"kv_cache.py"}
 
 # Same name, different concepts: never to be allowed again.
 NEVER_ALLOWED = {"validation.py", "padding.py", "sampling.py", "kv_cache.py"}

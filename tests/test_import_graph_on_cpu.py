@@ -386,18 +386,16 @@ def test_rollout_and_sharding_manager_point_one_way():
 
 # ---------------------------------------------------------------------------- generation, serving, agent loops
 
-_DOTTED_PATH = re.compile(rf"{PACKAGE}(\.[A-Za-z_]\w*)+")
-
 
 def string_targets(path: Path, known: set[str]) -> set[str]:
-    """The package modules named by a string of ``path`` that is a dotted path (a ``_target_``, a class path
-    ``"hybridrl.x.y.Class"``, a module name for ``importlib``): the longest known module prefix of each."""
+    """The package modules named by a string class path of ``path`` (``_string_class_paths``: a ``_target_``,
+    ``"hybridrl.x.y.Class"``, ``"module:Class"``, a module name for ``importlib``): the longest known module
+    prefix of each."""
     targets = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED_PATH.fullmatch(node.value):
-            parts = node.value.split(".")
-            prefixes = (".".join(parts[:end]) for end in range(len(parts), 1, -1))
-            targets.update(next(([p] for p in prefixes if p in known), []))
+    for value in _string_class_paths(path):
+        parts = value.replace(":", ".").split(".")
+        prefixes = (".".join(parts[:end]) for end in range(len(parts), 1, -1))
+        targets.update(next(([p] for p in prefixes if p in known), []))
     return targets
 
 

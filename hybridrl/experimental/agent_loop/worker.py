@@ -17,7 +17,7 @@ from hybridrl.experimental.agent_loop.agent_loop import AgentLoopOutput, load_ag
 from hybridrl.experimental.agent_loop.postprocess import agent_metrics, outputs_to_batch
 from hybridrl.experimental.agent_loop.server_manager import AsyncLLMServerManager
 from hybridrl.generation.records import META_INFO_KEY
-from hybridrl.generation.sampling import call_layer, trajectory_seed
+from hybridrl.generation.sampling import call_layer, call_sampling_params, trajectory_seed
 from hybridrl.protocol import DataProto
 from hybridrl.protocol.keys import ROLLOUT_ROW_KEY  # the input row of each sample, when rows gave != 1 sample
 
@@ -95,8 +95,9 @@ class AgentLoopWorker:
         if "raw_prompt" not in batch.non_tensor_batch:
             raise KeyError("rollout.mode=async needs the chat messages of each row: set data.return_raw_chat=True")
         meta = batch.meta_info
-        # the call's layer goes down with every request: the server resolves the sampling settings once
-        base = {"logprobs": bool(self.rollout_config.calculate_log_probs), META_INFO_KEY: call_layer(meta)}
+        # verl's keys (temperature, top_p, top_k, logprobs) for loops that read them, as the one resolver sees the
+        # call; the call's layer goes down with every request, so the server's resolution agrees with them
+        base = {**call_sampling_params(self.rollout_config, meta), META_INFO_KEY: call_layer(meta)}
         offset = int(meta.get(ROW_OFFSET_KEY, 0))
         names = batch.non_tensor_batch.get("agent_name")
         tasks = []

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from hybridrl.models.transformers.ulysses import register_ulysses_attention
 from hybridrl.utils import ulysses
 from hybridrl.utils.device import current_device
 from hybridrl.utils.import_utils import import_external_libs
@@ -45,7 +46,7 @@ class ModelSpec:
         self.strategy = strategy or "fsdp2"
         self.kind = kind
         self.trainable = trainable
-        self.sp_group = sp_group  # Ulysses SP group: attention runs as ulysses_sdpa (hybridrl.utils.ulysses)
+        self.sp_group = sp_group  # Ulysses SP group: attention runs as ulysses_sdpa (models/transformers/ulysses.py)
 
 
 def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any]:
@@ -55,7 +56,7 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     dtype = resolve_model_dtype(spec.fsdp_config, trainable=spec.trainable, device_name=device_name)
     attn_implementation = None
     if spec.sp_group is not None:
-        attn_implementation = ulysses.register_ulysses_attention()
+        attn_implementation = register_ulysses_attention()
     module, hf_config = load_hf_model(
         model_config.path,
         kind=spec.kind,

@@ -5,7 +5,7 @@
   ``num_labels=1`` and ``classifier_dropout=0`` (a scalar head on every token).
 
 Without an asked-for attention implementation, a model that resolves to ``sdpa`` runs ``hybridrl_varlen``
-(:mod:`hybridrl.utils.varlen_attention`): the same SDPA, without the dense mask of packed rows.
+(:mod:`hybridrl.models.transformers.varlen_attention`): the same SDPA, without the dense mask of packed rows.
 
 Every rank loads the weights from disk (no meta-device init): simple and exact for the model sizes
 hybridrl targets on CPU. Randomly initialised heads (the critic's ``score``) differ per rank, so
@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.models.transformers.varlen_attention import use_varlen_attention
 from hybridrl.utils.fs import copy_to_local
 from hybridrl.utils.model import update_model_config
 from hybridrl.utils.tokenizer import hf_tokenizer
-from hybridrl.utils.varlen_attention import use_varlen_attention
 
 _MODEL_KINDS = ("causal_lm", "token_classification")
 

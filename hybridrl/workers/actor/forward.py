@@ -31,6 +31,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 
+from hybridrl.models.registry import FastPath, runs_fast_path
 from hybridrl.models.transformers.varlen_attention import packed_attention_kwargs
 from hybridrl.utils import ulysses
 from hybridrl.utils.remove_padding import all_padding_columns, pack_sequences
@@ -80,7 +81,7 @@ def forward_response(
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
     lead, trail = skipped_columns(attention_mask, response_length)
     kept = response_length - trail  # R' response columns that hold a token in some row
-    if share_prompt_prefix and _keeps_logits(module):
+    if share_prompt_prefix and _keeps_logits(module) and runs_fast_path(module, FastPath.SHARED_PREFIX):
         per_token = forward_response_shared_prefix(module, micro_batch, token_fn, lead, kept)
         if per_token is not None:
             return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from hybridrl.models.registry import FastPath, model_type_of, supports
 from hybridrl.models.transformers.ulysses import register_ulysses_attention
 from hybridrl.utils import ulysses
 from hybridrl.utils.device import current_device
@@ -65,6 +66,12 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
         trust_remote_code=bool(model_config.trust_remote_code),
         attn_implementation=attn_implementation,
     )
+    if spec.sp_group is not None and not supports(module, FastPath.ULYSSES):
+        raise ValueError(
+            f"ulysses_sequence_parallel_size > 1 needs a model family the registry lists for Ulysses attention "
+            f"(hybridrl.models.registry); model_type={model_type_of(module)!r} is not one: set "
+            f"ulysses_sequence_parallel_size=1."
+        )
     if spec.trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(module)
     if spec.trainable and lora_enabled(model_config):

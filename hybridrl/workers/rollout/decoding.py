@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from hybridrl.generation.records import SamplingParams
+from hybridrl.models.registry import FastPath, runs_fast_path
 from hybridrl.models.transformers.hf_cache import cache_kwarg
 from hybridrl.models.transformers.packed_head import MIN_PACKED_VOCAB, packed_output_head
 from hybridrl.models.transformers.upcast_attention import fp32_attention
@@ -234,7 +235,9 @@ def resolve_draw(draw: str, vocab_size: int) -> str:
 def _new_cache(model: nn.Module, kv_cache: str, capacity: int) -> object:
     from transformers import DynamicCache
 
-    if kv_cache == "preallocated":
+    if kv_cache not in ("preallocated", "dynamic"):
+        raise ValueError(f"DecodeOptions.kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
+    if kv_cache == "preallocated" and runs_fast_path(model, FastPath.PREALLOCATED_KV_CACHE):
         try:
             from hybridrl.models.transformers.preallocated_cache import preallocated_cache_or_none
         except ImportError:  # transformers 4.x (the Megatron environment) lacks the layer API: DynamicCache
@@ -242,8 +245,6 @@ def _new_cache(model: nn.Module, kv_cache: str, capacity: int) -> object:
         cache = preallocated_cache_or_none(model.config, capacity)
         if cache is not None:
             return cache
-    elif kv_cache != "dynamic":
-        raise ValueError(f"DecodeOptions.kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
     return DynamicCache()
 
 
@@ -286,10 +287,9 @@ def decode_batch(
         generator: RNG for sampling (None: torch's global RNG).
         options: which optimisations run (``DecodeOptions``; the defaults are the engine's).
     """
-    with (
-        packed_output_head(model, options.packed_head, options.packed_head_min_vocab),
-        fp32_attention(model, options.fp32_attention),
-    ):
+    packed_head = options.packed_head and runs_fast_path(model, FastPath.PACKED_HEAD)
+    upcast = options.fp32_attention and runs_fast_path(model, FastPath.FP32_ATTENTION)
+    with packed_output_head(model, packed_head, options.packed_head_min_vocab), fp32_attention(model, upcast):
         lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
         input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
         batch, prompt_width = input_ids.shape

@@ -3,9 +3,9 @@
 Every fast path asks :func:`runs_fast_path` (or :func:`supports`, which logs nothing) before it changes how a
 model runs; the answer comes from ``FAMILIES`` and nowhere else (no call site compares model types itself). A
 model whose family is not listed for a path runs that path's plain transformers code, and the process logs a
-one-line notice naming the ``model_type`` and the path, once per process per pair. The structural checks of each path stay where they are and apply on
-top (a sliding-window layer keeps ``DynamicCache`` and the dense mask, a multimodal config keeps its attention,
-a small output head keeps ``F.linear``).
+one-line notice naming the ``model_type`` and the path, once per process per pair. The structural checks of
+each path stay where they are and apply on top (a sliding-window layer keeps ``DynamicCache`` and the dense mask,
+a multimodal config keeps its attention, a small output head keeps ``F.linear``).
 
     path                    what it does                                        plain path instead
     preallocated_kv_cache   decode loop writes keys/values in place             transformers' DynamicCache
@@ -16,9 +16,12 @@ a small output head keeps ``F.linear``).
     ulysses                 Ulysses sequence-parallel attention                 none: an error names the fix
     megatron                built-in HF <-> megatron-core converter             none: an error names the fix
 
-A family is listed for a path when a tiny random model of it gives the plain path's log-probs and greedy tokens
-through that path (tests/models/test_registry_on_cpu.py); qwen2 and llama (the tiny test models and SmolLM2)
-are tested end to end. Families without sdpa support in transformers (gemma2, gpt_oss) have no attention path.
+Evidence: a tiny random model of each listed family gives the plain path's log-probs and greedy tokens through
+its listed decode, varlen and shared-prompt paths (tests/models/test_registry_on_cpu.py); qwen2 and llama (the
+tiny test models, SmolLM2) are tested end to end, Ulysses over 2 gloo ranks on qwen2
+(tests/utils/test_ulysses_on_cpu.py; the other full-attention families run the same varlen kernel in it) and the
+megatron converter on both (tests/megatron/). Families without sdpa in transformers (gemma2, gpt_oss) have no
+attention path.
 """
 
 from __future__ import annotations

@@ -42,20 +42,6 @@ def test_packed_causal_mask_by_hand():
     assert torch.equal(mask, expected)
 
 
-def test_unmarked_module_runs_plain_sdpa(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
-    name = register_ulysses_attention()
-    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
-    ulys = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation=name)
-    assert ulysses.sequence_parallel_group_of(ulys) is None
-    ids = torch.randint(5, 500, (2, 9), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0  # left padding: the mask path must stay SDPA's
-    with torch.no_grad():
-        torch.testing.assert_close(ulys(ids, attention_mask=mask).logits, plain(ids, attention_mask=mask).logits)
-
-
 # ----------------------------------------------------------------------------- 2 gloo ranks
 
 

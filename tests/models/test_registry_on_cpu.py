@@ -283,3 +283,24 @@ def test_unknown_family_takes_the_plain_paths_with_one_notice_each(tmp_path, cap
         ["varlen_attention", "shared_prefix", "preallocated_kv_cache", "packed_head", "fp32_attention"]
     )
     assert all("model_type='gpt_neox'" in notice for notice in notices)
+
+
+def test_ulysses_on_an_unlisted_family_is_a_clear_error(tmp_path):
+    """Ulysses has no plain path to fall back to (the SP ranks hold slices of the sequence): the model builder
+    refuses a family the registry does not list for it, naming the model type and the fix."""
+    from omegaconf import OmegaConf
+
+    from hybridrl.workers.engine.model_builder import ModelSpec, build_fsdp_module
+
+    model_config = OmegaConf.create(
+        {
+            "path": _tiny_model_dir("gpt_neox", tmp_path),
+            "external_lib": None,
+            "override_config": {},
+            "trust_remote_code": False,
+            "enable_gradient_checkpointing": False,
+        }
+    )
+    spec = ModelSpec(model_config, OmegaConf.create({}), "fsdp2", "causal_lm", trainable=False, sp_group=object())
+    with pytest.raises(ValueError, match=r"model_type='gpt_neox'.*ulysses_sequence_parallel_size=1"):
+        build_fsdp_module(spec, "cpu")

@@ -15,7 +15,8 @@ makes the result the data-parallel average over ``dp`` groups (verl's ``grad_sca
 
 Works over gloo (``all_to_all_single`` is supported) and NCCL. This module holds the model-agnostic part:
 re-partitioning, the differentiable collectives and the SP group attached to a model; the attention that uses
-them (``ulysses_sdpa``, a transformers attention implementation) is in :mod:`hybridrl.models.transformers.ulysses`.
+them (``ulysses_sdpa``, a transformers attention implementation) is in
+:mod:`hybridrl.models.transformers.ulysses_attention`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 import torch
 from config_testlib import compose_section
 
-from hybridrl.models.transformers.ulysses import register_ulysses_attention
+from hybridrl.models.transformers.ulysses_attention import register_ulysses_attention
 from hybridrl.utils import ulysses
 from tests.workers.engine.engine_testlib import run_ranks
 

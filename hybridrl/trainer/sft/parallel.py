@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hybridrl.models.transformers.ulysses import register_ulysses_attention
+from hybridrl.models.transformers.ulysses_attention import register_ulysses_attention
 from hybridrl.utils import ulysses
 from hybridrl.workers.sharding_manager.fsdp_ulysses import build_sp_group
 

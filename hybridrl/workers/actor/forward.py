@@ -31,7 +31,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 
-from hybridrl.models.registry import FastPath, runs_fast_path
+from hybridrl.models.families import FastPath, runs_fast_path
 from hybridrl.models.transformers.varlen_attention import packed_attention_kwargs
 from hybridrl.utils import ulysses
 from hybridrl.utils.remove_padding import all_padding_columns, pack_sequences

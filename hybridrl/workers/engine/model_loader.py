@@ -6,7 +6,7 @@
 
 Without an asked-for attention implementation, a model that resolves to ``sdpa`` runs ``hybridrl_varlen``
 (:mod:`hybridrl.models.transformers.varlen_attention`): the same SDPA, without the dense mask of packed rows,
-where the model registry lists its family for it (:mod:`hybridrl.models.registry`).
+where the model registry lists its family for it (:mod:`hybridrl.models.families`).
 
 Every rank loads the weights from disk (no meta-device init): simple and exact for the model sizes
 hybridrl targets on CPU. Randomly initialised heads (the critic's ``score``) differ per rank, so
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridrl.models.registry import FastPath, runs_fast_path
+from hybridrl.models.families import FastPath, runs_fast_path
 from hybridrl.models.transformers.varlen_attention import use_varlen_attention
 from hybridrl.utils.fs import copy_to_local
 from hybridrl.utils.model import update_model_config

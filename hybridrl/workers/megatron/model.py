@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hybridrl.models.registry import FastPath, family_of, model_types_for, supports
+from hybridrl.models.families import FastPath, family_of, model_types_for, supports
 from hybridrl.workers.megatron import context_parallel
 
 __all__ = ["MegatronCausalLM", "MegatronValueModel", "ValueHead", "attention_mask_for", "build_gpt_model",

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from hybridrl.generation.records import SamplingParams
-from hybridrl.models.registry import FastPath, runs_fast_path
+from hybridrl.models.families import FastPath, runs_fast_path
 from hybridrl.models.transformers.hf_cache import cache_kwarg
 from hybridrl.models.transformers.packed_head import MIN_PACKED_VOCAB, packed_output_head
 from hybridrl.models.transformers.upcast_attention import fp32_attention

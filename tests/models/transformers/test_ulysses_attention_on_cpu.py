@@ -1,4 +1,4 @@
-"""hybridrl.models.transformers.ulysses: ``ulysses_sdpa`` on a module without an SP group is plain SDPA.
+"""hybridrl.models.transformers.ulysses_attention: ``ulysses_sdpa`` on a module without an SP group is plain SDPA.
 
 SP=2 against SP=1 over 2 gloo ranks (the attention with the collectives of :mod:`hybridrl.utils.ulysses`) is in
 tests/utils/test_ulysses_on_cpu.py.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.models.transformers.ulysses import register_ulysses_attention
+from hybridrl.models.transformers.ulysses_attention import register_ulysses_attention
 from hybridrl.utils import ulysses
 
 

@@ -17,7 +17,7 @@ a multimodal config keeps its attention, a small output head keeps ``F.linear``)
     megatron                built-in HF <-> megatron-core converter             none: an error names the fix
 
 Evidence: a tiny random model of each listed family gives the plain path's log-probs and greedy tokens through
-its listed decode, varlen and shared-prompt paths (tests/models/test_registry_on_cpu.py); qwen2 and llama (the
+its listed decode, varlen and shared-prompt paths (tests/models/test_families_on_cpu.py); qwen2 and llama (the
 tiny test models, SmolLM2) are tested end to end, Ulysses over 2 gloo ranks on qwen2
 (tests/utils/test_ulysses_on_cpu.py; the other full-attention families run the same varlen kernel in it) and the
 megatron converter on both (tests/megatron/). Families without sdpa in transformers (gemma2, gpt_oss) have no
@@ -139,7 +139,7 @@ def runs_fast_path(model_or_config: Any, path: FastPath) -> bool:
         family = family_of(model_or_config)
         known = "is not in" if family is None else f"(family {family.name}) is not listed for this path in"
         logger.warning(
-            "hybridrl: model_type=%r %s the model registry (hybridrl.models.registry): %s is off, the plain "
+            "hybridrl: model_type=%r %s the model registry (hybridrl.models.families): %s is off, the plain "
             "transformers path runs",
             model_type,
             known,

@@ -1,4 +1,4 @@
-"""hybridrl.models.registry: one table says which families each fast path supports; the rest runs plain transformers.
+"""hybridrl.models.families: one table says which families each fast path supports; the rest runs plain HF code.
 
 - the registry's answers for the known families, by hand;
 - each listed family, as a tiny random model, gets the plain path's numbers through the paths listed for it:
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hybridrl.models import registry
-from hybridrl.models.registry import FAMILIES, FastPath, family_of, model_type_of, runs_fast_path, supports
+from hybridrl.models import families
+from hybridrl.models.families import FAMILIES, FastPath, family_of, model_type_of, runs_fast_path, supports
 from hybridrl.models.transformers.varlen_attention import VARLEN_ATTN
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, logprobs_from_logits
 from hybridrl.workers.actor.forward import forward_response
@@ -60,7 +60,7 @@ _EAGER_FAMILIES = [t for t in TINY_CONFIGS if t not in _ATTENTION_FAMILIES and f
 @pytest.fixture(autouse=True)
 def fresh_notices(monkeypatch):
     """Each test sees the notices as a fresh process would."""
-    monkeypatch.setattr(registry, "_NOTIFIED", set())
+    monkeypatch.setattr(families, "_NOTIFIED", set())
 
 
 def _config(model_type: str):
@@ -158,7 +158,7 @@ def _assert_close_on_responses(got: torch.Tensor, expected: torch.Tensor, batch)
 
 
 def _notices(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == registry.__name__]
+    return [r.getMessage() for r in caplog.records if r.name == families.__name__]
 
 
 # ----------------------------------------------------------------------------- the table
@@ -192,7 +192,7 @@ def test_answers_for_known_families():
         assert {path for path in FastPath if supports(config, path)} == paths, model_type
     assert family_of(SimpleNamespace(model_type="qwen2")).qkv_bias  # Qwen2's q/k/v carry a bias
     assert not family_of(SimpleNamespace(model_type="llama")).qkv_bias
-    assert registry.model_types_for(FastPath.MEGATRON) == ("llama", "qwen2")
+    assert families.model_types_for(FastPath.MEGATRON) == ("llama", "qwen2")
 
 
 def test_every_listed_model_type_has_a_tiny_config_here():
@@ -213,7 +213,7 @@ def test_model_type_of_reads_configs_models_and_wrappers():
 
 def test_runs_fast_path_notices_once_per_model_type_and_path(caplog):
     unknown = SimpleNamespace(model_type="hybridrl_test_arch")
-    with caplog.at_level(logging.WARNING, logger=registry.__name__):
+    with caplog.at_level(logging.WARNING, logger=families.__name__):
         assert not runs_fast_path(unknown, FastPath.PACKED_HEAD)
         assert not runs_fast_path(unknown, FastPath.PACKED_HEAD)
         assert not runs_fast_path(unknown, FastPath.SHARED_PREFIX)
@@ -233,7 +233,7 @@ def test_runs_fast_path_notices_once_per_model_type_and_path(caplog):
 def test_listed_family_gets_the_plain_numbers_through_its_fast_paths(model_type, tmp_path, caplog):
     model_dir = _tiny_model_dir(model_type, tmp_path)
     sdpa, _ = load_hf_model(model_dir, attn_implementation="sdpa")
-    with caplog.at_level(logging.WARNING, logger=registry.__name__):
+    with caplog.at_level(logging.WARNING, logger=families.__name__):
         varlen, _ = load_hf_model(model_dir)  # no implementation asked for: the registry lets sdpa become varlen
         batch = _batch()
         expected = _plain_log_probs(sdpa, batch)
@@ -249,7 +249,7 @@ def test_listed_family_gets_the_plain_numbers_through_its_fast_paths(model_type,
 def test_eager_family_gets_the_plain_numbers_through_its_fast_paths(model_type, tmp_path, caplog):
     model_dir = _tiny_model_dir(model_type, tmp_path)
     batch = _batch()
-    with caplog.at_level(logging.WARNING, logger=registry.__name__):
+    with caplog.at_level(logging.WARNING, logger=families.__name__):
         model, _ = load_hf_model(model_dir)
         _assert_close_on_responses(_log_probs(model, batch, False, True), _plain_log_probs(model, batch), batch)
         got, generated = _greedy(model, batch)
@@ -268,7 +268,7 @@ def test_eager_family_gets_the_plain_numbers_through_its_fast_paths(model_type, 
 def test_unknown_family_takes_the_plain_paths_with_one_notice_each(tmp_path, caplog):
     model_dir = _tiny_model_dir("gpt_neox", tmp_path)
     batch = _batch()
-    with caplog.at_level(logging.WARNING, logger=registry.__name__):
+    with caplog.at_level(logging.WARNING, logger=families.__name__):
         model, _ = load_hf_model(model_dir)
         assert model.config._attn_implementation == "sdpa"  # not switched to varlen
         expected = _plain_log_probs(model, batch)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from hybridrl.generation.records import SamplingParams
 from hybridrl.models import families
 from hybridrl.models.families import FAMILIES, FastPath, family_of, model_type_of, runs_fast_path, supports
 from hybridrl.models.transformers.varlen_attention import VARLEN_ATTN
@@ -23,7 +24,6 @@ from hybridrl.utils.torch_functional import compute_position_id_with_mask, logpr
 from hybridrl.workers.actor.forward import forward_response
 from hybridrl.workers.engine.model_loader import load_hf_model
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
-from hybridrl.workers.rollout.sampling import SamplingParams
 
 PROMPT_LEN, RESPONSE_LEN, NEW_TOKENS = 7, 5, 6
 _TINY = dict(

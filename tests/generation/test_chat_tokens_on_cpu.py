@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridrl.generation.chat_tokens import ChatTokens
+from hybridrl.models.tiny import build_tokenizer
 from hybridrl.utils.dataset.rl_dataset import RLHFDataset
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"

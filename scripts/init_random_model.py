@@ -3,7 +3,7 @@
     python scripts/init_random_model.py --output_dir ~/models/tiny-qwen2 --hidden_size 64 --arch qwen2
 """
 
-from hybridrl.utils.tiny_model import main
+from hybridrl.models.tiny import main
 
 if __name__ == "__main__":
     main()

@@ -55,7 +55,7 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny tied-embedding Qwen2 model + local tokenizer (head_dim 32), built once per session."""
-    from hybridrl.utils.tiny_model import build_tiny_model
+    from hybridrl.models.tiny import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2")))
 
@@ -63,7 +63,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     """A tiny untied Llama model + local tokenizer, built once per session."""
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(arch="llama", tie_word_embeddings=False)
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), spec))

@@ -355,6 +355,18 @@ def test_config_imports_only_utils():
     assert not by_string, f"hybridrl.config names modules outside {CONFIG_MAY_IMPORT} as strings: {by_string}"
 
 
+def test_models_import_only_utils_and_protocol():
+    """``models`` (model-specific code) is a low layer: the workers, trainer, serving and agent loop ask it."""
+    graph = import_graph(functions=True)  # a lazy import upwards would be a hidden dependency all the same
+    allowed = (f"{PACKAGE}.models", f"{PACKAGE}.protocol", f"{PACKAGE}.utils")
+    wrong = [
+        (source, target)
+        for source, target in _edges_from(graph, f"{PACKAGE}.models")
+        if not any(_in(target, prefix) for prefix in allowed)
+    ]
+    assert not wrong, f"models imports outside protocol/utils: {wrong}"
+
+
 def test_single_controller_imports_only_protocol_and_utils():
     graph = import_graph()
     allowed = (f"{PACKAGE}.single_controller", f"{PACKAGE}.protocol", f"{PACKAGE}.utils")

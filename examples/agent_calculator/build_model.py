@@ -2,7 +2,7 @@
 
     python examples/agent_calculator/build_model.py --output_dir outputs/agent_calculator/model
 
-Why not ``hybridrl.utils.tiny_model.build_tiny_model`` as is: its BPE merges digits by context
+Why not ``hybridrl.models.tiny.build_tiny_model`` as is: its BPE merges digits by context
 (``" 347"`` → ``" 3" "47"`` after a space, ``"347"`` → ``"34" "7"`` after a quote), so copying a number
 from the question into the tool call, or from the tool's result into the answer, would mean learning a
 token-to-token mapping. Here every digit is its own token, so copying is copying, and the BPE is trained
@@ -19,7 +19,7 @@ import random
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from hybridrl.utils.tiny_model import EOS_TOKEN, PAD_TOKEN, TinyModelSpec, build_model_config, build_tokenizer
+from hybridrl.models.tiny import EOS_TOKEN, PAD_TOKEN, TinyModelSpec, build_model_config, build_tokenizer
 
 MARKER = "agent_calculator_model.json"
 

@@ -3,7 +3,7 @@
     python examples/agents_in_your_code/tool_template.py --model_dir outputs/agents_in_your_code/warm_model \
         --out_dir outputs/agents_in_your_code/warm_model_tools
 
-The tiny model's template (``hybridrl.utils.tiny_model.CHAT_TEMPLATE``) renders each message as
+The tiny model's template (``hybridrl.models.tiny.CHAT_TEMPLATE``) renders each message as
 ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` and ignores ``tool_calls``. An OpenAI client replays the model's tool
 call as a structured ``tool_calls`` entry with empty content, so a server that re-renders the history from text
 (``python -m hybridrl.serve``) would show the model an empty assistant turn before the tool's result. Training does

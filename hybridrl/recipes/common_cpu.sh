@@ -1,5 +1,5 @@
 # Sourced by hybridrl/recipes/*/run_*_cpu.sh: the tiny CPU set-up every recipe shares.
-#   - a tiny random Qwen2 model + local tokenizer (hybridrl.utils.tiny_model), built once;
+#   - a tiny random Qwen2 model + local tokenizer (hybridrl.models.tiny), built once;
 #   - one-digit addition prompts in verl's parquet schema (examples/data_preprocess/arithmetic.py), built once;
 #   - CPU_ARGS: 2 CPU worker processes (FSDP2 over gloo), hf rollout, float32, small batches.
 # Override MODEL_PATH / DATA_DIR to use your own; REWARD_FN picks a custom reward (a random tiny model cannot do
@@ -12,7 +12,7 @@ DATA_DIR=${DATA_DIR:-$WORK_DIR/arithmetic}
 REWARD_FN=${REWARD_FN:-$RECIPES_DIR/digit_reward.py}
 
 if [ ! -f "$MODEL_PATH/config.json" ]; then
-  python -c "import sys; from hybridrl.utils.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" \
+  python -c "import sys; from hybridrl.models.tiny import build_tiny_model; build_tiny_model(sys.argv[1])" \
     "$MODEL_PATH"
 fi
 if [ ! -f "$DATA_DIR/train.parquet" ]; then

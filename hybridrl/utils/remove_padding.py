@@ -7,7 +7,7 @@ flash-attn: when ``attention_mask is None`` and no KV cache is used, ``masking_u
 restarts in ``position_ids`` (``find_packed_sequence_indices``) and builds a dense block-diagonal causal
 mask for the sdpa / eager kernels; its flash-attention integration derives ``cu_seqlens`` from the
 same position ids. hybridrl's models run ``hybridrl_varlen`` instead of ``sdpa``
-(:mod:`hybridrl.utils.varlen_attention`): no dense mask, SDPA per sequence from ``cu_seqlens``. Here are
+(:mod:`hybridrl.models.transformers.varlen_attention`): no dense mask, SDPA per sequence from ``cu_seqlens``. Here are
 the index helpers (the flash-attn ``bert_padding`` functions verl imports, reimplemented in plain torch).
 
 Notation:

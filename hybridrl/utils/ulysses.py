@@ -13,10 +13,10 @@ Per-token outputs (log-probs, entropies, values) are all-gathered back to ``[1, 
 the SP ranks all compute the same loss, FSDP averages gradients over ``dp·sp`` ranks, so the factor
 makes the result the data-parallel average over ``dp`` groups (verl's ``grad_scaler``).
 
-Works over gloo (``all_to_all_single`` is supported) and NCCL. The attention implementation is
-registered in transformers as ``ulysses_sdpa``: it runs :mod:`hybridrl.utils.varlen_attention` for modules not
-marked with an SP group (e.g. the rollout engine's own model built from the same config), and shares its mask
-function (no dense mask for packed rows).
+Works over gloo (``all_to_all_single`` is supported) and NCCL. This module holds the model-agnostic part:
+re-partitioning, the differentiable collectives and the SP group attached to a model; the attention that uses
+them (``ulysses_sdpa``, a transformers attention implementation) is in
+:mod:`hybridrl.models.transformers.ulysses_attention`.
 """
 
 from __future__ import annotations
@@ -27,22 +27,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hybridrl.utils import varlen_attention
-
 __all__ = [
-    "ULYSSES_ATTN",
     "all_to_all_tensor",
     "gather_outputs_and_unpad",
     "mark_sequence_parallel",
     "pad_to_multiple",
-    "register_ulysses_attention",
     "sequence_parallel_group_of",
     "slice_for_rank",
     "sp_token_budget",
     "ulysses_pad_and_slice_inputs",
 ]
 
-ULYSSES_ATTN = "ulysses_sdpa"
 _GROUP_ATTR = "_hybridrl_ulysses_group"
 
 
@@ -161,7 +156,7 @@ def gather_outputs_and_unpad(
     return full
 
 
-# ----------------------------------------------------------------------------- attention
+# ----------------------------------------------------------------------------- the SP group of a model
 
 
 def mark_sequence_parallel(module: nn.Module, group: Any) -> None:
@@ -173,49 +168,3 @@ def mark_sequence_parallel(module: nn.Module, group: Any) -> None:
 def sequence_parallel_group_of(module: nn.Module) -> Any:
     """The SP group attached by :func:`mark_sequence_parallel` (None: no sequence parallelism)."""
     return getattr(module, _GROUP_ATTR, None)
-
-
-def _repeat_heads(x: torch.Tensor, repeats: int) -> torch.Tensor:
-    return x if repeats == 1 else x.repeat_interleave(repeats, dim=1)
-
-
-def ulysses_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers attention interface: ``q [B, H, S/sp, D]``, ``k, v [B, Hkv, S/sp, D]`` → ``[B, S/sp, H, D]``.
-
-    Unmarked modules (no SP group) run :func:`varlen_attention.varlen_attention_forward` (SDPA; varlen on packed rows).
-    """
-    group = getattr(module, _GROUP_ATTR, None)
-    if group is None or dist.get_world_size(group) == 1:
-        return varlen_attention.varlen_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    sp = dist.get_world_size(group)
-    heads = query.shape[1]
-    if heads % sp:
-        raise ValueError(f"Ulysses: {heads} attention heads are not divisible by ulysses_sequence_parallel_size={sp}")
-    key, value = _repeat_heads(key, heads // key.shape[1]), _repeat_heads(value, heads // value.shape[1])
-    q, k, v = (all_to_all_tensor(t, 1, 2, group) for t in (query, key, value))  # [B, H/sp, S, D]
-    position_ids = kwargs.get("position_ids")
-    if position_ids is None:
-        raise ValueError("Ulysses attention needs position_ids (the packed use_remove_padding forward passes them)")
-    parts = [torch.empty_like(position_ids) for _ in range(sp)]
-    dist.all_gather(parts, position_ids.contiguous(), group=group)
-    bounds = varlen_attention.packed_sequence_bounds(torch.cat(parts, dim=-1)[0])
-    out = varlen_attention.varlen_causal_attention(q, k, v, bounds, kwargs.get("scaling"), kwargs.get("dropout", 0.0))
-    out = all_to_all_tensor(out, 2, 1, group)  # [B, H, S/sp, D]
-    return out.transpose(1, 2).contiguous(), None
-
-
-def register_ulysses_attention() -> str:
-    """Register ``ulysses_sdpa`` (attention + the varlen mask function) with transformers; returns the name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-
-    AttentionInterface.register(ULYSSES_ATTN, ulysses_attention_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ULYSSES_ATTN, varlen_attention.varlen_mask)
-    return ULYSSES_ATTN

@@ -68,7 +68,7 @@ def attention_call(inputs: dict[str, Any], variant: str, args: argparse.Namespac
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import create_causal_mask
 
-    from hybridrl.utils.varlen_attention import register_varlen_attention, varlen_attention_forward
+    from hybridrl.models.transformers.varlen_attention import register_varlen_attention, varlen_attention_forward
 
     varlen = variant == "packed_varlen"
     config = model_config(args.heads, args.kv_heads, args.head_dim, register_varlen_attention() if varlen else "sdpa")

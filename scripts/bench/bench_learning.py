@@ -95,7 +95,7 @@ def recipe_data(work: Path) -> str:
 
 def tiny_model(work: Path) -> str:
     """The tests' tiny tied Qwen2 (tests/conftest.py's tiny_model_dir)."""
-    from hybridrl.utils.tiny_model import build_tiny_model
+    from hybridrl.models.tiny import build_tiny_model
 
     out = work / "tiny_qwen2"
     return str(out if (out / "config.json").is_file() else build_tiny_model(out))
@@ -287,7 +287,7 @@ LORA_SCORE_MARGIN = 0.1
 
 
 def run_lora_grpo(work: Path) -> dict[str, Any]:
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
     from tests.trainer.e2e import run_main_ppo
     from tests.workers.engine.test_lora_grpo_e2e_on_cpu import lora_grpo_args
 

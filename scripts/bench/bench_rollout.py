@@ -63,7 +63,7 @@ VARIANTS = {
 
 
 def build_model(name: str, root: str) -> str:
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(num_key_value_heads=2 if name != "tiny" else 1, **MODELS[name])
     return str(build_tiny_model(os.path.join(root, name), spec))

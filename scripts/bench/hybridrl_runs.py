@@ -36,7 +36,7 @@ def quickstart_assets(model: str, cache_dir: str = DEFAULT_CACHE) -> tuple[str, 
     """``(model_dir, data_dir)``: ``tiny`` (hybridrl's tiny Qwen2, built once) or ``smollm2`` (the quickstart's
     prepared SmolLM2-135M-Instruct), and the quickstart's 2-digit addition parquet files."""
     if model == "tiny":
-        from hybridrl.utils.tiny_model import build_tiny_model
+        from hybridrl.models.tiny import build_tiny_model
 
         model_dir = str(build_tiny_model(Path(cache_dir) / "bench_tiny_qwen2"))
     elif model == "smollm2":

@@ -14,5 +14,5 @@
 
 ``--dry-run`` runs every check on the CPU (gloo, tiny sizes): the test suite runs it
 (tests/scripts/test_gpu_check_dry_run_on_cpu.py). Checks whose claim needs a GPU report SKIP there, after running
-their code path. Models and data are built locally (hybridrl.utils.tiny_model); nothing is downloaded.
+their code path. Models and data are built locally (hybridrl.models.tiny); nothing is downloaded.
 """

@@ -1,6 +1,6 @@
 """What the checks run on: locally built random models, generated SFT data, PPO batches and their sizes.
 
-Nothing is downloaded: models come from ``hybridrl.utils.tiny_model`` (a trained byte-level BPE tokenizer of 512
+Nothing is downloaded: models come from ``hybridrl.models.tiny`` (a trained byte-level BPE tokenizer of 512
 tokens and a random Qwen2). Sizes depend on the mode: the GPU run uses models large enough for offload and MFU
 figures to mean something; the dry run uses the tiny model everywhere so the suite stays short.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
 TINY = TinyModelSpec()  # hidden 64, 2 layers: the CI's tiny model
 # ~25M parameters: offloading it frees ~0.4 GB (fp32 weights + Adam moments), far above allocator noise

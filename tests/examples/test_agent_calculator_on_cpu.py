@@ -130,7 +130,7 @@ def test_compute_score(response, score, tool_call):
 
 
 def test_digit_tokenizer_splits_numbers_into_digits_and_keeps_the_chat_template():
-    from hybridrl.utils.tiny_model import CHAT_TEMPLATE
+    from hybridrl.models.tiny import CHAT_TEMPLATE
 
     build_model = _load("build_model")
     tokenizer = build_model.build_digit_tokenizer(vocab_size=384, seed=0)

@@ -105,7 +105,7 @@ def write_tiny_gguf(hf_dir: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_tied_llama(tmp_path_factory) -> Path:
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
     return Path(build_tiny_model(tmp_path_factory.mktemp("tiny_llama_tied"),
                                  TinyModelSpec(arch="llama", tie_word_embeddings=True)))

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridrl.generation.chat_tokens import ChatTokens
+from hybridrl.models.tiny import build_tokenizer
 from hybridrl.utils.dataset.rl_dataset import RLHFDataset
-from hybridrl.utils.tiny_model import build_tokenizer
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
 SMOLLM2_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hybridrl" / "smollm2-135m-instruct"

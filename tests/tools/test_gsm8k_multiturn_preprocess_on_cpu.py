@@ -76,8 +76,8 @@ def test_row_kwargs_drive_the_shipped_tool_and_interaction():
 
 
 def test_rl_dataset_reads_the_rows(tmp_path):
+    from hybridrl.models.tiny import build_tokenizer
     from hybridrl.utils.dataset.rl_dataset import RLHFDataset
-    from hybridrl.utils.tiny_model import build_tokenizer
 
     raw = tmp_path / "raw"
     raw.mkdir()

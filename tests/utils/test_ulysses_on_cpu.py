@@ -6,6 +6,7 @@ import pytest
 import torch
 from config_testlib import compose_section
 
+from hybridrl.models.transformers.ulysses_attention import register_ulysses_attention
 from hybridrl.utils import ulysses
 from tests.workers.engine.engine_testlib import run_ranks
 
@@ -41,20 +42,6 @@ def test_packed_causal_mask_by_hand():
     assert torch.equal(mask, expected)
 
 
-def test_unmarked_module_runs_plain_sdpa(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
-    name = ulysses.register_ulysses_attention()
-    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
-    ulys = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation=name)
-    assert ulysses.sequence_parallel_group_of(ulys) is None
-    ids = torch.randint(5, 500, (2, 9), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0  # left padding: the mask path must stay SDPA's
-    with torch.no_grad():
-        torch.testing.assert_close(ulys(ids, attention_mask=mask).logits, plain(ids, attention_mask=mask).logits)
-
-
 # ----------------------------------------------------------------------------- 2 gloo ranks
 
 
@@ -65,7 +52,7 @@ def _sp_checks(rank: int, model_dir: str) -> dict:
     from hybridrl.utils.torch_functional import compute_position_id_with_mask, logprobs_from_logits
     from hybridrl.workers.actor.forward import forward_response
 
-    name = ulysses.register_ulysses_attention()
+    name = register_ulysses_attention()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=name)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 500, (3, 11), generator=gen)

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hybridrl.models.transformers.ulysses_attention import register_ulysses_attention
 from hybridrl.utils import ulysses
 from hybridrl.workers.sharding_manager.fsdp_ulysses import build_sp_group
 
@@ -38,7 +39,7 @@ class ParallelLayout:
 
     def attention_implementation(self) -> str | None:
         """Register and return ``ulysses_sdpa`` under SP; None (the model's own attention) without it."""
-        return ulysses.register_ulysses_attention() if self.sp_group is not None else None
+        return register_ulysses_attention() if self.sp_group is not None else None
 
     def mark(self, module: nn.Module) -> nn.Module:
         """Attach the SP group to the wrapped model (its attention then runs Ulysses); returns ``module``."""

@@ -41,10 +41,10 @@ from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, 
 from hybridrl.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.config.errors import warn_once
 from hybridrl.config.worker_plan import update_split
+from hybridrl.models.transformers.logprob_fused import token_logprobs
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.device import get_device_name
-from hybridrl.utils.logprob_fused import token_logprobs
 from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
 from hybridrl.utils.ulysses import sp_token_budget

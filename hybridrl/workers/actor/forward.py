@@ -5,7 +5,7 @@ Two input layouts give the same numbers on valid tokens:
 - padded: ``model(input_ids [B,S], attention_mask [B,S], position_ids [B,S])``;
 - packed (``use_remove_padding``): every valid token in one ``[1, nnz]`` row, ``attention_mask=None``
   and per-sequence ``position_ids`` restarting at 0 (see :mod:`hybridrl.utils.remove_padding`), plus the
-  sequence bounds for the varlen attention (:mod:`hybridrl.utils.varlen_attention`); with Ulysses
+  sequence bounds for the varlen attention (:mod:`hybridrl.models.transformers.varlen_attention`); with Ulysses
   sequence parallelism (a module marked by ``ulysses.mark_sequence_parallel``) each rank of the SP
   group runs a slice of that row and the per-token outputs are all-gathered (:mod:`hybridrl.utils.ulysses`).
 
@@ -31,9 +31,10 @@ import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 
+from hybridrl.models.families import FastPath, runs_fast_path
+from hybridrl.models.transformers.varlen_attention import packed_attention_kwargs
 from hybridrl.utils import ulysses
 from hybridrl.utils.remove_padding import all_padding_columns, pack_sequences
-from hybridrl.utils.varlen_attention import packed_attention_kwargs
 from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix
 
 __all__ = ["forward_packed_all_positions", "forward_response", "restore_order", "split_micro_batches"]
@@ -80,7 +81,7 @@ def forward_response(
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
     lead, trail = skipped_columns(attention_mask, response_length)
     kept = response_length - trail  # R' response columns that hold a token in some row
-    if share_prompt_prefix and _keeps_logits(module):
+    if share_prompt_prefix and _keeps_logits(module) and runs_fast_path(module, FastPath.SHARED_PREFIX):
         per_token = forward_response_shared_prefix(module, micro_batch, token_fn, lead, kept)
         if per_token is not None:
             return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]
@@ -165,7 +166,7 @@ def forward_packed_all_positions(module: nn.Module, packed: Any, token_fn: Token
 
 def _packed_inputs(module: nn.Module, packed: Any) -> dict[str, Any]:
     """Forward kwargs of a packed row ``[1, nnz]``: no padding mask, restarting positions, and the sequence
-    bounds for the varlen attention (:mod:`hybridrl.utils.varlen_attention`) when the model runs it."""
+    bounds for the varlen attention (:mod:`hybridrl.models.transformers.varlen_attention`) when the model runs it."""
     return {
         "input_ids": packed.input_ids, "attention_mask": None, "position_ids": packed.position_ids,
         "use_cache": False, **packed_attention_kwargs(module, packed.cu_seqlens),

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridrl.utils.hf_cache import cache_kwarg, output_cache, select_cache_rows
+from hybridrl.models.transformers.hf_cache import cache_kwarg, output_cache, select_cache_rows
 from hybridrl.utils.remove_padding import common_prefix_length, prefix_first_mask, prompt_groups
 
 __all__ = ["forward_response_shared_prefix"]

@@ -13,6 +13,8 @@ from typing import Any
 
 from torch import nn
 
+from hybridrl.models.families import FastPath, model_type_of, supports
+from hybridrl.models.transformers.ulysses_attention import register_ulysses_attention
 from hybridrl.utils import ulysses
 from hybridrl.utils.device import current_device
 from hybridrl.utils.import_utils import import_external_libs
@@ -45,7 +47,7 @@ class ModelSpec:
         self.strategy = strategy or "fsdp2"
         self.kind = kind
         self.trainable = trainable
-        self.sp_group = sp_group  # Ulysses SP group: attention runs as ulysses_sdpa (hybridrl.utils.ulysses)
+        self.sp_group = sp_group  # Ulysses SP group: attention runs as ulysses_sdpa (models.transformers)
 
 
 def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any]:
@@ -55,7 +57,7 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
     dtype = resolve_model_dtype(spec.fsdp_config, trainable=spec.trainable, device_name=device_name)
     attn_implementation = None
     if spec.sp_group is not None:
-        attn_implementation = ulysses.register_ulysses_attention()
+        attn_implementation = register_ulysses_attention()
     module, hf_config = load_hf_model(
         model_config.path,
         kind=spec.kind,
@@ -64,6 +66,12 @@ def build_fsdp_module(spec: ModelSpec, device_name: str) -> tuple[nn.Module, Any
         trust_remote_code=bool(model_config.trust_remote_code),
         attn_implementation=attn_implementation,
     )
+    if spec.sp_group is not None and not supports(module, FastPath.ULYSSES):
+        raise ValueError(
+            f"ulysses_sequence_parallel_size > 1 needs a model family the registry lists for Ulysses attention "
+            f"(hybridrl.models.families); model_type={model_type_of(module)!r} is not one: set "
+            f"ulysses_sequence_parallel_size=1."
+        )
     if spec.trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(module)
     if spec.trainable and lora_enabled(model_config):

@@ -5,7 +5,8 @@
   ``num_labels=1`` and ``classifier_dropout=0`` (a scalar head on every token).
 
 Without an asked-for attention implementation, a model that resolves to ``sdpa`` runs ``hybridrl_varlen``
-(:mod:`hybridrl.utils.varlen_attention`): the same SDPA, without the dense mask of packed rows.
+(:mod:`hybridrl.models.transformers.varlen_attention`): the same SDPA, without the dense mask of packed rows,
+where the model registry lists its family for it (:mod:`hybridrl.models.families`).
 
 Every rank loads the weights from disk (no meta-device init): simple and exact for the model sizes
 hybridrl targets on CPU. Randomly initialised heads (the critic's ``score``) differ per rank, so
@@ -20,10 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.models.families import FastPath, runs_fast_path
+from hybridrl.models.transformers.varlen_attention import use_varlen_attention
 from hybridrl.utils.fs import copy_to_local
 from hybridrl.utils.model import update_model_config
 from hybridrl.utils.tokenizer import hf_tokenizer
-from hybridrl.utils.varlen_attention import use_varlen_attention
 
 _MODEL_KINDS = ("causal_lm", "token_classification")
 
@@ -56,7 +58,8 @@ def load_hf_model(
         torch_dtype: dtype of the loaded weights (see ``precision.resolve_model_dtype``).
         override_config: HF config fields to override (verl's ``model.override_config``).
         attn_implementation: ``sdpa`` | ``eager`` | ``flash_attention_2`` | a registered name; None keeps HF's
-            choice, except that ``sdpa`` becomes ``hybridrl_varlen`` (packed rows without a dense mask).
+            choice, except that ``sdpa`` becomes ``hybridrl_varlen`` (packed rows without a dense mask) for the
+            families the model registry lists for it.
     """
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -76,7 +79,7 @@ def load_hf_model(
         torch.manual_seed(0)  # a new head (the critic's value head) starts the same in every run and rank
         module: Any = auto_cls.from_pretrained(copy_to_local(model_path), **kwargs)
     module.to(torch_dtype)  # a freshly initialised head (token classification) must match too
-    if attn_implementation is None:
+    if attn_implementation is None and runs_fast_path(module, FastPath.VARLEN_ATTENTION):
         use_varlen_attention(module)
     return module, module.config
 

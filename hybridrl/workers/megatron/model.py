@@ -21,12 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hybridrl.models.families import FastPath, family_of, model_types_for, supports
 from hybridrl.workers.megatron import context_parallel
 
 __all__ = ["MegatronCausalLM", "MegatronValueModel", "ValueHead", "attention_mask_for", "build_gpt_model",
            "load_hf_value_head", "padded_vocab_size", "rope_settings", "transformer_config", "trunk_of"]
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+SUPPORTED_MODEL_TYPES = model_types_for(FastPath.MEGATRON)  # llama, qwen2
 
 
 def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
@@ -51,7 +52,7 @@ def rope_settings(hf_config: Any) -> tuple[float, dict | None]:
 
 
 def _check_supported(hf_config: Any) -> None:
-    if hf_config.model_type not in SUPPORTED_MODEL_TYPES:
+    if not supports(hf_config, FastPath.MEGATRON):
         raise ValueError(
             f"strategy=megatron builds Llama/Qwen2-family models; model_type={hf_config.model_type!r} is not one "
             f"of {SUPPORTED_MODEL_TYPES}."
@@ -89,7 +90,7 @@ def transformer_config(hf_config: Any, megatron_config: Any, dtype: torch.dtype,
         gated_linear_unit=True,
         activation_func=F.silu,
         add_bias_linear=False,
-        add_qkv_bias=hf_config.model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
+        add_qkv_bias=family_of(hf_config).qkv_bias or bool(getattr(hf_config, "attention_bias", False)),
         hidden_dropout=0.0,
         attention_dropout=0.0,
         tensor_model_parallel_size=tp_size,

@@ -11,8 +11,9 @@
   KV cache, so later steps only run the rows still generating;
 - returns the log-prob of every sampled token under the full distribution at ``logprob_temperature``
   (see ``generation/sampling.py``), which costs one ``log_softmax`` per step and no second forward;
-- writes keys/values in place into a preallocated cache (``kv_cache.py``) instead of transformers'
-  ``torch.cat`` per step, and slices each step's attention mask from one precomputed ``[B, P + R]`` mask;
+- writes keys/values in place into a preallocated cache (:mod:`hybridrl.models.transformers.preallocated_cache`)
+  instead of transformers' ``torch.cat`` per step, and slices each step's attention mask from one precomputed
+  ``[B, P + R]`` mask;
 - samples by inverse CDF (``draw_inverse_cdf``, one uniform per row) instead of ``torch.multinomial`` (an
   exponential per vocabulary entry) when the vocabulary is large (``DecodeOptions.draw="auto"``, ≥ 8192 entries):
   same distribution, 10x cheaper on SmolLM2's 49k vocabulary (the multinomial draw was 14% of its decode), but
@@ -20,7 +21,8 @@
   so the seeded samples of earlier versions (a pinned-seed learning run on the tiny model,
   scripts/bench/bench_learning.py --runs rollout_correction, depends on them);
 - runs a CPU fp32 model's large output head (≥ 8192 outputs) as a oneDNN matmul over a prepacked weight
-  (``packed_head.py``: 2x on SmolLM2's 49152 × 576 head at 32 rows; equal up to float summation order).
+  (:mod:`hybridrl.models.transformers.packed_head`: 2x on SmolLM2's 49152 × 576 head at 32 rows; equal up to float
+  summation order).
 
 ``DecodeOptions`` switches the cache back to the unoptimised path for the equality tests and the benchmark's
 ``hf_before``.
@@ -34,10 +36,11 @@ import torch
 from torch import nn
 
 from hybridrl.generation.records import SamplingParams
-from hybridrl.utils.hf_cache import cache_kwarg
+from hybridrl.models.families import FastPath, runs_fast_path
+from hybridrl.models.transformers.hf_cache import cache_kwarg
+from hybridrl.models.transformers.packed_head import MIN_PACKED_VOCAB, packed_output_head
+from hybridrl.models.transformers.upcast_attention import fp32_attention
 from hybridrl.utils.remove_padding import all_padding_columns, common_prefix_length, prefix_first_mask, prompt_groups
-from hybridrl.workers.rollout.packed_head import MIN_PACKED_VOCAB, packed_output_head
-from hybridrl.workers.rollout.upcast_attention import fp32_attention
 
 _COMPACT_FRACTION = 0.25  # compact the KV cache when >= this fraction of active rows has finished
 # draw="auto": inverse CDF from this vocabulary size on (multinomial's exponential per entry: ~24 ms per SmolLM2 step)
@@ -196,16 +199,19 @@ class DecodeOptions:
     unoptimised reference paths the equality tests run (tests/workers/rollout/test_decode_equality_on_cpu.py).
 
     Attributes:
-        kv_cache: ``preallocated`` (``kv_cache.PreallocatedCache``: in-place writes; falls back to ``dynamic`` for
-            sliding-window/hybrid models and on transformers 4.x) or ``dynamic`` (transformers' ``DynamicCache``, a ``torch.cat`` per step).
+        kv_cache: ``preallocated`` (``preallocated_cache.PreallocatedCache``: in-place writes; falls back to
+            ``dynamic`` for sliding-window/hybrid models, families the model registry does not list for it and on
+            transformers 4.x) or ``dynamic`` (transformers' ``DynamicCache``, a ``torch.cat`` per step).
         draw: ``auto`` (``inverse_cdf`` for vocabularies of ≥ ``AUTO_INVERSE_CDF_MIN_VOCAB`` entries, else
             ``multinomial``), ``multinomial`` (the seeded samples of every earlier version) or ``inverse_cdf``
             (see ``sample_next_tokens``).
         compact_fraction: drop finished rows from the cache once this fraction of the active rows has finished.
         packed_head: run a CPU output head of ≥ ``packed_head_min_vocab`` outputs over a prepacked oneDNN fp32
-            weight (``packed_head.py``; fp32 logits for a bf16 model too); False: ``F.linear`` in the model's dtype.
-        fp32_attention: a CPU bf16/fp16 model computes attention in fp32 (``upcast_attention.py``: the bf16 CPU
-            kernel is slower); False: the model's own attention.
+            weight (:mod:`hybridrl.models.transformers.packed_head`; fp32 logits for a bf16 model too); False:
+            ``F.linear`` in the model's dtype.
+        fp32_attention: a CPU bf16/fp16 model computes attention in fp32
+            (:mod:`hybridrl.models.transformers.upcast_attention`: the bf16 CPU kernel is slower); False: the
+            model's own attention.
         share_common_prefix: the prefill runs the prefix all distinct prompts share once (``prefill``); False:
             each distinct prompt runs whole.
     """
@@ -229,16 +235,16 @@ def resolve_draw(draw: str, vocab_size: int) -> str:
 def _new_cache(model: nn.Module, kv_cache: str, capacity: int) -> object:
     from transformers import DynamicCache
 
-    if kv_cache == "preallocated":
+    if kv_cache not in ("preallocated", "dynamic"):
+        raise ValueError(f"DecodeOptions.kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
+    if kv_cache == "preallocated" and runs_fast_path(model, FastPath.PREALLOCATED_KV_CACHE):
         try:
-            from hybridrl.workers.rollout.kv_cache import preallocated_cache_or_none
+            from hybridrl.models.transformers.preallocated_cache import preallocated_cache_or_none
         except ImportError:  # transformers 4.x (the Megatron environment) lacks the layer API: DynamicCache
             return DynamicCache()
         cache = preallocated_cache_or_none(model.config, capacity)
         if cache is not None:
             return cache
-    elif kv_cache != "dynamic":
-        raise ValueError(f"DecodeOptions.kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
     return DynamicCache()
 
 
@@ -281,10 +287,9 @@ def decode_batch(
         generator: RNG for sampling (None: torch's global RNG).
         options: which optimisations run (``DecodeOptions``; the defaults are the engine's).
     """
-    with (
-        packed_output_head(model, options.packed_head, options.packed_head_min_vocab),
-        fp32_attention(model, options.fp32_attention),
-    ):
+    packed_head = options.packed_head and runs_fast_path(model, FastPath.PACKED_HEAD)
+    upcast = options.fp32_attention and runs_fast_path(model, FastPath.FP32_ATTENTION)
+    with packed_output_head(model, packed_head, options.packed_head_min_vocab), fp32_attention(model, upcast):
         lead, _ = all_padding_columns(attention_mask)  # left padding shared by every row is not computed
         input_ids, attention_mask = input_ids[:, lead:], attention_mask[:, lead:].long()
         batch, prompt_width = input_ids.shape

@@ -4,7 +4,7 @@ Two decoders share one engine class:
 
 - ``rollout.name=hf`` (``HFRollout``): hybridrl's EOS-aware KV-cache loop (``decoding.decode_batch``):
   it stops when every row is done, drops finished rows from the cache, writes keys/values into a
-  preallocated cache (``kv_cache.py``); the default on CPU.
+  preallocated cache (:mod:`hybridrl.models.transformers.preallocated_cache`); the default on CPU.
 - ``rollout.name=hf_generate`` (``HFGenerateRollout``): ``transformers.generate``, verl's HF rollout
   and the reference the fast loop is checked against.
 

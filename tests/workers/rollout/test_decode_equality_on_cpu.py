@@ -26,6 +26,7 @@ import torch
 from rollout_testlib import make_prompts, redrawn_tiny_model
 
 from hybridrl.generation.records import SamplingParams
+from hybridrl.models.transformers.preallocated_cache import PreallocatedCache, preallocated_cache_or_none
 from hybridrl.workers.rollout.decoding import (
     AUTO_INVERSE_CDF_MIN_VOCAB,
     DecodeOptions,
@@ -33,7 +34,6 @@ from hybridrl.workers.rollout.decoding import (
     draw_inverse_cdf,
     resolve_draw,
 )
-from hybridrl.workers.rollout.kv_cache import PreallocatedCache, preallocated_cache_or_none
 
 BENCH_STOP_IDS = tuple(range(100, 124))
 REFERENCE = DecodeOptions(kv_cache="dynamic", draw="multinomial", packed_head=False, fp32_attention=False,

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 import torch
 
 from hybridrl.generation.records import TokenOutput
-from hybridrl.utils.hf_cache import cache_kwarg
+from hybridrl.models.transformers.hf_cache import cache_kwarg
 from hybridrl.utils.remove_padding import all_padding_columns
 from hybridrl.workers.rollout.async_server.engine_loop import ServerRequest, StepEngine
-from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, row_kv, stack_prefixes, trim_leading
+from hybridrl.workers.rollout.async_server.left_padded_cache import merge_rows, row_kv, stack_prefixes, trim_leading
 from hybridrl.workers.rollout.async_server.prefix_cache import CachedPrefix, ConversationPrefixCache
 from hybridrl.workers.rollout.decoding import filter_logits, prefill_distinct_rows
 from hybridrl.workers.rollout.hf_rollout import HFRollout, left_pad

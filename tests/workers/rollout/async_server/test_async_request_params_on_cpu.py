@@ -8,7 +8,7 @@ from rollout_testlib import rollout_config
 
 from hybridrl.generation.records import check_prompt_ids
 from hybridrl.workers.rollout.async_server import TokenOutput, resolve_request_params
-from hybridrl.workers.rollout.async_server.kv_cache import merge_rows, trim_leading
+from hybridrl.workers.rollout.async_server.left_padded_cache import merge_rows, trim_leading
 
 EOS = (2, 7)
 PAD = 3

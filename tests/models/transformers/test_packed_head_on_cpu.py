@@ -1,4 +1,4 @@
-"""hybridrl.workers.rollout.packed_head: the CPU output head over a prepacked oneDNN fp32 weight.
+"""hybridrl.models.transformers.packed_head: the CPU output head over a prepacked oneDNN fp32 weight.
 
 Against ``F.linear`` on the same weight (within 1e-5: another summation order), a repack after every kind of weight
 change (in-place update as the actor's weight sync does, a new Parameter), and every case that must keep the plain
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from hybridrl.workers.rollout.packed_head import (
+from hybridrl.models.transformers.packed_head import (
     MIN_PACKED_VOCAB,
     PackedLinearForward,
     packable_head,

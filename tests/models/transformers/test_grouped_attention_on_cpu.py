@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hybridrl.utils import varlen_attention
-from hybridrl.utils.grouped_attention import additive_mask, grouped_attention
+from hybridrl.models.transformers import varlen_attention
+from hybridrl.models.transformers.grouped_attention import additive_mask, grouped_attention
 
 
 def _qkv(batch=2, heads=6, kv_heads=2, queries=5, keys=9, dim=8, dtype=torch.float64, seed=0):

@@ -1,4 +1,4 @@
-"""``hybridrl.utils.hf_cache.select_cache_rows``: the rows of a KV cache, with a deterministic backward.
+"""``hybridrl.models.transformers.hf_cache.select_cache_rows``: the rows of a KV cache, with a deterministic backward.
 
 The shared-prompt forward (``model.share_prompt_prefix``) repeats a cache's rows (one prefix row → G prompts,
 G prompts → B rows); the gradient of a repeated row is the sum of its copies' gradients. transformers'
@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
-from hybridrl.utils.hf_cache import select_cache_rows
+from hybridrl.models.transformers.hf_cache import select_cache_rows
 
 # SmolLM2's KV shape at the quickstart's prefix pass: 1 row, 3 kv heads, 30 positions, head dim 64
 KV_HEADS, POSITIONS, HEAD_DIM = 3, 30, 64

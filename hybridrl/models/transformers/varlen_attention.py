@@ -25,9 +25,10 @@ fp32 at those lengths, forward and backward (docs/performance.md, "Fused AdamW a
 update"); longer blocks keep the bf16 kernel, the faster one there. The results are SDPA's in fp32, cast once.
 
 CPU calls that will be differentiated (the update's forward), of 2 to ``GROUPED_MAX_QUERY`` queries, run
-:func:`hybridrl.utils.grouped_attention.grouped_attention` instead, in any dtype: the same attention as two batched
-matmuls per key-value head with a recomputing backward, 1.2-1.9x faster than the flash kernel forward + backward at
-those lengths (docs/performance.md, "Blocked log-probs and grouped attention in the update").
+:func:`~hybridrl.models.transformers.grouped_attention.grouped_attention` instead, in any dtype: the same
+attention as two batched matmuls per key-value head with a recomputing backward, 1.2-1.9x faster than the flash
+kernel forward + backward at those lengths (docs/performance.md, "Blocked log-probs and grouped attention in the
+update").
 
 Notation:
     B: batch (1 for a packed row), H / Hkv: query / key-value heads, T: tokens, D: head dim,
@@ -41,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridrl.utils.grouped_attention import MAX_SCORE_ELEMENTS, additive_mask, grouped_attention
+from hybridrl.models.transformers.grouped_attention import MAX_SCORE_ELEMENTS, additive_mask, grouped_attention
 
 __all__ = [
     "GROUPED_MAX_QUERY",
@@ -76,7 +77,8 @@ _SCORE_MODIFIERS = ("softcap", "position_bias", "s_aux", "sinks")
 def grouped_attention_applies(
     query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float, kwargs: dict
 ) -> bool:
-    """Whether a call runs :func:`hybridrl.utils.grouped_attention.grouped_attention` instead of SDPA: a CPU call
+    """Whether a call runs :func:`~hybridrl.models.transformers.grouped_attention.grouped_attention` instead of SDPA:
+    a CPU call
     that will be differentiated, of 2..``GROUPED_MAX_QUERY`` queries, no dropout, a mask SDPA-shaped for all
     heads (``[b, 1, Q, K]``) or none, no score modifiers, and scores within ``MAX_SCORE_ELEMENTS``."""
     if not (query.device.type == "cpu" and torch.is_grad_enabled() and query.requires_grad):

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from hybridrl.utils.varlen_attention import HALF_DTYPES, VARLEN_ATTN, can_swap_attention, sdpa_forward
+from hybridrl.models.transformers.varlen_attention import HALF_DTYPES, VARLEN_ATTN, can_swap_attention, sdpa_forward
 
 UPCAST_ATTN = "hybridrl_sdpa_fp32"
 _SDPA_BASED = ("sdpa", VARLEN_ATTN)  # attentions whose decode calls are transformers' SDPA

@@ -1,4 +1,4 @@
-"""hybridrl.workers.rollout.upcast_attention: a bf16 CPU rollout's attention computed in fp32.
+"""hybridrl.models.transformers.upcast_attention: a bf16 CPU rollout's attention computed in fp32.
 
 - the attention function is transformers' SDPA on fp32 copies, cast back (bit for bit), and leaves fp32 inputs to
   the plain function;
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_testlib import make_prompts, redrawn_tiny_model
 
 from hybridrl.generation.records import SamplingParams
+from hybridrl.models.transformers.upcast_attention import UPCAST_ATTN, fp32_attention, upcast_sdpa_forward
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
-from hybridrl.workers.rollout.upcast_attention import UPCAST_ATTN, fp32_attention, upcast_sdpa_forward
+from tests.workers.rollout.rollout_testlib import make_prompts, redrawn_tiny_model
 
 NEW_TOKENS = 10
 
@@ -102,7 +102,7 @@ def test_a_bf16_decode_with_fp32_attention_matches_the_bf16_kernel(bf16_model, t
 
 
 def test_a_varlen_model_switches_too_and_decodes_as_an_sdpa_model(tiny_model_dir, bf16_model, tokenizer):
-    from hybridrl.utils.varlen_attention import VARLEN_ATTN, use_varlen_attention
+    from hybridrl.models.transformers.varlen_attention import VARLEN_ATTN, use_varlen_attention
 
     varlen = redrawn_tiny_model(tiny_model_dir, torch.bfloat16)
     assert use_varlen_attention(varlen) and varlen.config._attn_implementation == VARLEN_ATTN

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hybridrl.utils import logprob_fused
-from hybridrl.utils.logprob_fused import token_logprobs
+from hybridrl.models.transformers import logprob_fused
+from hybridrl.models.transformers.logprob_fused import token_logprobs
 
 
 def _reference(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:

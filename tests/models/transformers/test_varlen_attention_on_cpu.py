@@ -1,4 +1,4 @@
-"""Varlen attention (hybridrl.utils.varlen_attention): packed rows without the dense nnz × nnz mask.
+"""Varlen attention (hybridrl.models.transformers.varlen_attention): packed rows without the dense nnz × nnz mask.
 
 Three layouts of the same batch must agree on every valid response token, in log-probs and in gradients:
 padded (``sdpa``, a ``[B, 1, S, S]`` mask), packed with the dense block-diagonal mask (``sdpa``: the path before
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hybridrl.utils import ulysses, varlen_attention
+from hybridrl.models.transformers import varlen_attention
+from hybridrl.utils import ulysses
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, logprobs_from_logits
 from hybridrl.workers.actor.forward import forward_response
 from hybridrl.workers.engine.model_loader import load_hf_model

@@ -1,0 +1,11 @@
+"""Model-specific code: what hybridrl's fast paths do to a Hugging Face model, and for which families.
+
+    families.py       the registry, one table: which model families (HF ``model_type``) each fast path supports
+    tiny.py           tiny random models with a locally trained tokenizer (tests, demos, CI)
+    transformers/     attention backends and patches of transformers models: varlen, grouped, fp32 (upcast)
+                      and Ulysses attention, the blocked log-prob head, the packed output head, the
+                      preallocated KV cache and the KV-cache helpers across transformers versions
+
+A low layer: it imports ``utils`` and ``protocol`` only (``workers``, ``trainer``, ``experimental`` and
+``serving`` ask it).
+"""

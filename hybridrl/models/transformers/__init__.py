@@ -1,0 +1,1 @@
+"""Attention backends and patches of Hugging Face transformers models (verl's ``verl.models.transformers``)."""

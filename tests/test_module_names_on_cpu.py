@@ -39,9 +39,6 @@ ALLOWED_DUPLICATES: dict[str, str] = {
     "worker, the agent-loop worker",
 }
 
-# Pairs renamed on other branches of the same refactor; the lead empties this set once they are merged.
-PENDING_MERGE: set[str] = {"kv_cache.py"}
-
 # Same name, different concepts: never to be allowed again.
 NEVER_ALLOWED = {"validation.py", "padding.py", "sampling.py", "kv_cache.py"}
 
@@ -62,7 +59,7 @@ def test_every_repeated_module_name_is_allowed_with_a_reason():
     unexplained = {
         name: paths
         for name, paths in _duplicates().items()
-        if name not in ALLOWED_DUPLICATES and name not in PENDING_MERGE
+        if name not in ALLOWED_DUPLICATES
     }
     assert not unexplained, (
         f"module base names used more than once in hybridrl/: {unexplained}; rename one to say what it is, or add "
@@ -77,5 +74,4 @@ def test_the_allow_list_names_only_real_duplicates():
 
 def test_names_of_different_concepts_are_never_allowed():
     assert not NEVER_ALLOWED & set(ALLOWED_DUPLICATES)
-    assert not PENDING_MERGE & set(ALLOWED_DUPLICATES)
     assert all(reason.strip() for reason in ALLOWED_DUPLICATES.values())

@@ -79,11 +79,14 @@ slow_stage() {
 
 vllm_tests() {
   # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
-  # teardown resets for every engine of the same process. Every vllm-marked file of tests/ runs here
-  # (tests/test_test_layout_on_cpu.py checks that the marker and this selection agree); tests/megatron's ones run
-  # the Megatron actor with the vLLM rollout (.venv-vllm has megatron-core too, without mbridge).
-  local vllm_test_file
-  for vllm_test_file in $(grep -rl "mark.vllm" --include="test_*.py" tests | sort); do
+  # teardown resets for every engine of the same process. Every file of tests/ using pytest.mark.vllm runs here
+  # (read from the source by tests/marked_files.py; tests/test_test_layout_on_cpu.py checks that every test needing
+  # vLLM carries the marker); tests/megatron's ones run the Megatron actor with the vLLM rollout (.venv-vllm has
+  # megatron-core too, without mbridge).
+  local vllm_test_file vllm_test_files
+  vllm_test_files=$("$VENV/bin/python" tests/marked_files.py vllm) || return
+  if [ -z "$vllm_test_files" ]; then echo "[test] ERROR: no vllm-marked test files found" >&2; return 1; fi
+  for vllm_test_file in $vllm_test_files; do
     VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file" || return
   done
 }

@@ -2,7 +2,7 @@
 
 - its name ends ``_on_cpu.py`` (needs no GPU) or ``_on_gpu.py`` (needs a CUDA GPU);
 - an ``_on_gpu.py`` file carries the ``gpu`` marker, an ``_on_cpu.py`` file never does (nor a CUDA skip);
-- a test that needs vLLM carries the ``vllm`` marker, and its file lies where test.sh's vLLM stage looks;
+- a test that needs vLLM carries the ``vllm`` marker (test.sh's vLLM stage runs every file using it, one by one);
 - a test that needs megatron-core lies under tests/megatron, whose conftest marks it ``megatron``
   (the Megatron stage runs that folder); nothing outside it is marked ``megatron``.
 
@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from marked_files import collected_test_files, files_marked, markers
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -36,27 +37,8 @@ def _needs(package: str) -> re.Pattern[str]:
 
 NEEDS_VLLM = _needs("vllm")
 NEEDS_MEGATRON = _needs("megatron")
-# scripts/test.sh picks the vLLM stage's files with: grep -rl "mark.vllm" [--options] <folders...> | sort
-VLLM_SELECTION = re.compile(r"grep -rl \"mark\.vllm\"([^|]*)\|")
-
-
-def collected_test_files() -> list[Path]:
-    """The files pytest collects as tests (its default ``python_files``: ``test_*.py`` and ``*_test.py``)."""
-    return sorted({*TESTS.rglob("test_*.py"), *TESTS.rglob("*_test.py")})
-
-
-def markers(source: str) -> set[str]:
-    """Marker names used in a file: the ``x`` of every ``pytest.mark.x`` / ``mark.x`` attribute."""
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Attribute):
-            continue
-        owner = node.value
-        if (isinstance(owner, ast.Attribute) and owner.attr == "mark") or (
-            isinstance(owner, ast.Name) and owner.id == "mark"
-        ):
-            found.add(node.attr)
-    return found
+# scripts/test.sh's vLLM stage runs every file this lists (the markers read from the source, as here)
+VLLM_SELECTION = "tests/marked_files.py vllm"
 
 
 def imports_top_level(source: str, package: str) -> bool:
@@ -69,19 +51,11 @@ def imports_top_level(source: str, package: str) -> bool:
     return False
 
 
-def vllm_stage_folders(script: str) -> list[Path]:
-    """The folders scripts/test.sh greps for ``mark.vllm`` files (its vLLM stage runs each such file)."""
-    match = VLLM_SELECTION.search(script)
-    assert match, 'scripts/test.sh no longer selects its vLLM files with grep -rl "mark.vllm" <folders> | ...'
-    words = match.group(1).replace("\\", " ").split()
-    return [ROOT / word for word in words if not word.startswith("-")]
-
-
 def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def layout_problems(files: list[Path], vllm_folders: list[Path]) -> list[str]:
+def layout_problems(files: list[Path]) -> list[str]:
     """Every break of the scheme in ``files``, one line each (empty when all is in order)."""
     problems = []
     for path in files:
@@ -98,8 +72,6 @@ def layout_problems(files: list[Path], vllm_folders: list[Path]) -> list[str]:
             problems.append(f"{name}: an _on_gpu.py file carries the gpu marker (pytestmark = pytest.mark.gpu)")
         if NEEDS_VLLM.search(source) and "vllm" not in marks:
             problems.append(f"{name}: needs vllm but has no vllm marker, so the vLLM stage (.venv-vllm) never runs it")
-        if "vllm" in marks and not any(folder in path.parents for folder in vllm_folders):
-            problems.append(f"{name}: vllm-marked outside the folders scripts/test.sh's vLLM stage greps")
         in_megatron = MEGATRON_DIR in path.parents
         needs_megatron = imports_top_level(source, "megatron") or NEEDS_MEGATRON.search(source)
         if not in_megatron and (needs_megatron or "megatron" in marks):
@@ -110,7 +82,7 @@ def layout_problems(files: list[Path], vllm_folders: list[Path]) -> list[str]:
 def test_every_test_file_says_where_it_runs_and_test_sh_runs_it_there():
     files = collected_test_files()
     assert len(files) > 200  # the walk found the suite
-    problems = layout_problems(files, vllm_stage_folders(TEST_SH.read_text()))
+    problems = layout_problems(files)
     assert not problems, "\n".join(problems)
 
 
@@ -131,7 +103,6 @@ def test_every_test_file_says_where_it_runs_and_test_sh_runs_it_there():
             "import importlib, pytest\npytestmark = pytest.mark.skipif(importlib.util.find_spec('vllm') is None, reason='')\n",
             "no vllm marker",
         ),
-        ("test_a_on_cpu.py", "import pytest\npytestmark = pytest.mark.vllm\n", "outside the folders"),
         ("test_a_on_cpu.py", "from megatron.core import parallel_state\n", "under tests/megatron"),
         ("test_a_on_cpu.py", "from pytest import mark\npytestmark = mark.megatron\n", "under tests/megatron"),
     ],
@@ -142,7 +113,7 @@ def test_the_check_catches_each_break(tmp_path, monkeypatch, name, source, expec
     path = tmp_path / "tests" / "utils" / name
     path.parent.mkdir(parents=True)
     path.write_text(source)
-    problems = layout_problems([path], vllm_folders=[tmp_path / "tests" / "workers"])
+    problems = layout_problems([path])
     assert len(problems) == 1 and expected in problems[0], problems
 
 
@@ -161,9 +132,21 @@ def test_the_check_accepts_the_scheme(tmp_path, monkeypatch):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
         paths.append(path)
-    assert layout_problems(paths, vllm_folders=[tmp_path / "tests" / "workers"]) == []
+    assert layout_problems(paths) == []
 
 
-def test_test_sh_vllm_selection_is_read():
-    script = 'for f in $(grep -rl "mark.vllm" --include="test_*.py" tests/workers \\\n    tests/serving | sort); do\n'
-    assert vllm_stage_folders(script) == [ROOT / "tests/workers", ROOT / "tests/serving"]
+def test_test_sh_runs_the_vllm_marked_files_one_by_one():
+    assert VLLM_SELECTION in TEST_SH.read_text()
+
+
+def test_a_marker_named_in_a_string_does_not_mark_the_file(tmp_path):
+    (tmp_path / "test_real_on_cpu.py").write_text("import pytest\npytestmark = [pytest.mark.vllm, pytest.mark.slow]\n")
+    (tmp_path / "test_param_on_cpu.py").write_text(
+        "import pytest\n@pytest.mark.parametrize('e', [pytest.param('v', marks=pytest.mark.vllm)])\ndef test_x(e): pass\n"
+    )
+    (tmp_path / "test_string_on_cpu.py").write_text("SOURCE = 'import pytest\\npytestmark = pytest.mark.vllm\\n'\n")
+    assert [path.name for path in files_marked("vllm", tmp_path)] == ["test_param_on_cpu.py", "test_real_on_cpu.py"]
+
+
+def test_this_file_is_not_vllm_marked():
+    assert Path(__file__).resolve() not in files_marked("vllm")

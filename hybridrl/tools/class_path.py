@@ -23,8 +23,10 @@ def import_class_path(class_name: str, where: str) -> type:
         where: the file and entry it came from, quoted in errors (``"tools[0] of /x/tool.yaml"``).
 
     Raises:
-        ValueError: not a dotted path, the module or the name does not exist, or it is not a class.
-        RuntimeError: importing the module raised.
+        ModuleNotFoundError: the module (or a module it imports) does not exist; verl raises this type too, so
+            code that catches it keeps working. The message names ``where`` and the fix.
+        ValueError: not a dotted path, the module has no such name, or it is not a class.
+        RuntimeError: importing the module raised anything else.
     """
     if not isinstance(class_name, str) or "." not in class_name:
         raise ValueError(
@@ -39,12 +41,9 @@ def import_class_path(class_name: str, where: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        hint = (
-            "; hybridrl does not provide that verl module: port the class and give its import path"
-            if resolved != class_name
-            else "; check the path and that the module is importable (on PYTHONPATH)"
-        )
-        raise ValueError(f"{where}: class_name {origin}: module '{module_name}' not found ({exc}){hint}") from exc
+        raise ModuleNotFoundError(
+            _not_found_message(where, origin, module_name, resolved != class_name, exc), name=exc.name
+        ) from exc
     except Exception as exc:  # the user's module itself raised while importing
         raise RuntimeError(f"{where}: importing '{module_name}' for class_name {origin} raised {exc!r}") from exc
     if not hasattr(module, attribute):
@@ -56,3 +55,19 @@ def import_class_path(class_name: str, where: str) -> type:
     if not isinstance(found, type):
         raise ValueError(f"{where}: class_name {origin} is a {type(found).__name__}, not a class")
     return found
+
+
+def _not_found_message(where: str, origin: str, module_name: str, mapped: bool, exc: ModuleNotFoundError) -> str:
+    """Why the import failed: the named module (or its package) is absent, or it imports an absent module."""
+    missing = exc.name or ""
+    if missing and not (module_name == missing or module_name.startswith(missing + ".")):
+        return (
+            f"{where}: class_name {origin}: importing '{module_name}' needs module '{missing}', which is not "
+            "installed; install it or drop this entry"
+        )
+    hint = (
+        "hybridrl does not provide that verl module: port the class and give its import path"
+        if mapped
+        else "check the path and that the module is importable (on PYTHONPATH)"
+    )
+    return f"{where}: class_name {origin}: module '{module_name}' not found ({exc}); {hint}"

@@ -71,8 +71,6 @@ def test_verl_paths_and_default_names(tmp_path):
          "  - class_name: hybridrl.interactions.base.BaseInteraction\n", r"interaction\[1\] .*duplicate interaction name 'base'"),
         ("tools: []\n", "needs a top-level `interaction:` list"),
         ("interaction:\n  - name: x\n", r"interaction\[0\] .*needs `class_name`"),
-        ("interaction:\n  - class_name: verl.interactions.weather_interaction.WeatherInteraction\n",
-         "hybridrl does not provide that verl module"),
     ],
 )  # fmt: skip
 def test_bad_files_name_file_and_entry(tmp_path, text, match):
@@ -81,6 +79,14 @@ def test_bad_files_name_file_and_entry(tmp_path, text, match):
     with pytest.raises(ValueError, match=match) as info:
         initialize_interactions_from_config(str(path))
     assert str(path) in str(info.value)
+
+
+def test_missing_module_raises_module_not_found_naming_file_and_fix(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("interaction:\n  - class_name: verl.interactions.weather_interaction.WeatherInteraction\n")
+    with pytest.raises(ModuleNotFoundError, match="hybridrl does not provide that verl module") as info:
+        initialize_interactions_from_config(str(path))  # verl raises ModuleNotFoundError here too
+    assert str(path) in str(info.value) and "interaction[0]" in str(info.value)
 
 
 def test_missing_file(tmp_path):

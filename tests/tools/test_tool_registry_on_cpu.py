@@ -69,9 +69,10 @@ def test_verl_tool_hybridrl_lacks_is_named(tmp_path):
             config: {type: native}
     """,
     )
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ModuleNotFoundError) as info:  # verl's type: code catching it keeps working
         initialize_tools_from_config(path)
     message = str(info.value)
+    assert info.value.name == "hybridrl.tools.search_tool"
     assert f"tools[0] of {path}" in message and "read as 'hybridrl.tools.search_tool.SearchTool'" in message
     assert "hybridrl does not provide that verl module" in message
 
@@ -139,3 +140,12 @@ def test_load_all_tools_merges_and_rejects_collisions(tmp_path):
     with pytest.raises(ValueError, match=r"function tool name\(s\) \['calculator'\] .* also declared in"):
         load_all_tools(yaml_path, str(tmp_path / "clash.py"))
     assert load_all_tools(None, None) == []
+
+
+def test_module_importing_an_absent_package_names_that_package(tmp_path, monkeypatch):
+    (tmp_path / "my_tools_needing_x.py").write_text("import absent_pkg_for_hybridrl_test\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write(tmp_path, "tools:\n  - class_name: my_tools_needing_x.MyTool\n")
+    with pytest.raises(ModuleNotFoundError, match="needs module 'absent_pkg_for_hybridrl_test', which is not") as info:
+        initialize_tools_from_config(path)
+    assert info.value.name == "absent_pkg_for_hybridrl_test" and path in str(info.value)

@@ -12,7 +12,7 @@
 - ``sampling.py``: ``resolve_sampling``, the one place sampling settings are worked out (config → call →
   request → validation → greedy), ``collect_eos_token_ids``, ``trajectory_seed``.
 - ``chat_tokens.py``: ``ChatTokens``, the token-in/token-out bookkeeping of a chat conversation.
-- ``tool_parser.py``: ``ToolParser`` and the formats it parses (``hermes``).
+- ``tool_parser.py``: ``ToolParser``, its registry and ``hermes``; ``tool_formats/``: the other model families' formats.
 
 It imports neither the workers, the trainer, the agent loops (``hybridrl.experimental``) nor the OpenAI server
 (``hybridrl.serving``): they all build on it.

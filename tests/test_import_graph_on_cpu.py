@@ -320,11 +320,14 @@ def test_utils_import_only_utils():
 # config -> algos: the ``algorithm.rollout_correction`` grammar (options, thresholds) is parsed by the math's own
 # torch-free parser, so a config that validates is one the driver and the actor can run; a copy in config would be a
 # second parser to keep in sync, and moving it into config would make the pure math import the config system.
+# config -> generation.tool_parser (inside the check only): ``multi_turn.format`` is checked against the parsers'
+# registry itself, so the config accepts exactly the formats that have a parser; a copy of the names would drift.
 CONFIG_MAY_IMPORT = (
     f"{PACKAGE}.config",
     f"{PACKAGE}.utils",
     CONFIGS_PACKAGE,
     f"{PACKAGE}.algos.rollout_correction_config",
+    f"{PACKAGE}.generation.tool_parser",
 )
 # The one config module naming classes above it: the table of worker classes per training strategy (``"module:Class"``
 # strings). The trainer imports the class it selects; the config checks only ask whether a module is installed.

@@ -37,7 +37,15 @@ def check_rollout_mode(config: DictConfig) -> list[ConfigProblem]:
                                       f"set {ROLLOUT}.mode=async (and data.return_raw_chat=True)."))
     _check_choice(config, f"{multi_turn}.tool_response_truncate_side", TRUNCATE_SIDES, problems)
     _check_choice(config, f"{multi_turn}.tokenization_sanity_check_mode", SANITY_CHECK_MODES, problems)
+    _check_choice(config, f"{multi_turn}.format", tool_call_formats(), problems)
     return problems
+
+
+def tool_call_formats() -> tuple[str, ...]:
+    """The ``multi_turn.format`` names: exactly the tool-call parsers registered (verl 0.9's registry names)."""
+    from hybridrl.generation.tool_parser import ToolParser  # lazy: the parsers' registry is the one list of names
+
+    return tuple(sorted(ToolParser._registry))
 
 
 def _check_server_mode(config: DictConfig, problems: list[ConfigProblem]) -> None:

@@ -112,7 +112,7 @@ class ToolAgentLoop(AgentLoopBase):
             return []
         if self._turn_budget_spent(trajectory):
             return []
-        parsed = self.tool_parser.parse(text)
+        parsed = self.tool_parser.parse(text, self.tool_schemas)  # schemas: argument types (qwen3_coder), names (kimi)
         metrics.count("parse_failures", parsed.num_malformed)
         if parsed.calls and self.tools:
             return await self._call_tools(parsed.calls, session, metrics)

@@ -37,7 +37,7 @@ def test_registry(parser):
 
     @ToolParser.register("test_upper")
     class UpperParser(ToolParser):
-        def parse(self, text):
+        def parse(self, text, tools=None):
             return ParsedToolCalls(content=text.upper())
 
     assert ToolParser.get_tool_parser("test_upper", None).parse("a").content == "A"

@@ -161,3 +161,38 @@ def test_stateful_tool_instance_lives_for_the_conversation_and_is_rewarded(token
     assert out.extra_fields["tool_final_rewards"] == {tool.name: 1.0}
     assert len(out.extra_fields["tool_rewards"]) == 2
     assert tool._instance_dict == {}  # released
+
+
+# Each format's call of calculator(expression="12*7"), as its model family writes it (see
+# tests/generation/test_tool_formats_on_cpu.py for the renderings and their sources).
+FORMAT_CALLS = {
+    "qwen3_coder": "<tool_call>\n<function=calculator>\n<parameter=expression>\n12*7\n</parameter>\n</function>\n"
+    "</tool_call>",
+    "gpt-oss": '<|channel|>commentary to=functions.calculator <|constrain|>json<|message|>{"expression": "12*7"}<|call|>',
+    "glm": "<tool_call>calculator\n<arg_key>expression</arg_key>\n<arg_value>12*7</arg_value>\n</tool_call>",
+    "kimi": "<|tool_calls_section_begin|><|tool_call_begin|>functions.calculator:0<|tool_call_argument_begin|>"
+    '{"expression": "12*7"}<|tool_call_end|><|tool_calls_section_end|>',
+    "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="calculator">\n<｜DSML｜parameter name="expression" '
+    'string="true">12*7</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+    "gemma4": '<|tool_call>call:calculator{expression:<|"|>12*7<|"|>}<tool_call|>',
+    "seed": "<seed:tool_call>\n<function=calculator>\n<parameter=expression>12*7</parameter>\n</function>\n"
+    "</seed:tool_call>",
+    "minimax": '<minimax:tool_call>\n<invoke name="calculator">\n<parameter name="expression">12*7</parameter>\n'
+    "</invoke>\n</minimax:tool_call>",
+}
+
+
+def test_each_format_round_trips_through_the_tool_call_path(tokenizer):
+    """multi_turn.format picks the parser: the model's call is parsed, run, and its answer fed back (one config
+    composed, the format set per loop: composing is most of the cost)."""
+    loop, _ = _loop(tokenizer, [])
+    for name, call in sorted(FORMAT_CALLS.items()):
+        config = loop.config.copy()
+        config.actor_rollout_ref.rollout.multi_turn.format = name
+        server = ScriptedServer(tokenizer, [call, "#### 84"])
+        tools = {"calculator": CalculatorTool({}, None)}
+        out = _run(ToolAgentLoop(trainer_config=config, server_manager=server, tokenizer=tokenizer, tools=tools,
+                                 interactions={}))
+        assert out.metrics.counters["tool_calls"] == 1 and out.metrics.counters["parse_failures"] == 0, name
+        assert out.metrics.tools["calculator"]["calls"] == 1 and len(server.prompts) == 2, name
+        assert "84" in tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask) if m == 0]), name

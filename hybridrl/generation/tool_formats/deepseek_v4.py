@@ -24,7 +24,13 @@ import json
 import re
 from typing import Any
 
-from hybridrl.generation.tool_parser import FunctionCall, ParsedToolCalls, ToolParser, ToolSchemas, function_call
+from hybridrl.generation.tool_formats.parser import (
+    FunctionCall,
+    ParsedToolCalls,
+    ToolParser,
+    ToolSchemas,
+    function_call,
+)
 
 DSML = "｜DSML｜"
 _D = re.escape(DSML)

@@ -17,7 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hybridrl.generation.tool_parser import FunctionCall, ParsedToolCalls, ToolParser, ToolSchemas, function_call
+from hybridrl.generation.tool_formats.parser import (
+    FunctionCall,
+    ParsedToolCalls,
+    ToolParser,
+    ToolSchemas,
+    function_call,
+)
 
 _BLOCK = re.compile(r"<\|tool_call>(.*?)<tool_call\|>", re.DOTALL)
 _HEADER = re.compile(r"\s*call:([\w.\-]+)(?=\{)")

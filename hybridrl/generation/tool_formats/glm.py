@@ -23,7 +23,13 @@ from __future__ import annotations
 import re
 
 from hybridrl.generation.tool_formats.argument_values import json_or_text
-from hybridrl.generation.tool_parser import FunctionCall, ParsedToolCalls, ToolParser, ToolSchemas, function_call
+from hybridrl.generation.tool_formats.parser import (
+    FunctionCall,
+    ParsedToolCalls,
+    ToolParser,
+    ToolSchemas,
+    function_call,
+)
 
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _ARGUMENT = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)

@@ -21,7 +21,13 @@ from __future__ import annotations
 import json
 import re
 
-from hybridrl.generation.tool_parser import FunctionCall, ParsedToolCalls, ToolParser, ToolSchemas, function_call
+from hybridrl.generation.tool_formats.parser import (
+    FunctionCall,
+    ParsedToolCalls,
+    ToolParser,
+    ToolSchemas,
+    function_call,
+)
 
 # One message: optional "<|start|>role", a header of plain text and channel/constrain tokens, the body, its end.
 _MESSAGE = re.compile(

@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from hybridrl.generation.tool_parser import (
+from hybridrl.generation.tool_formats.parser import (
     FunctionCall,
     ParsedToolCalls,
     ToolParser,

@@ -22,7 +22,13 @@ from __future__ import annotations
 import re
 
 from hybridrl.generation.tool_formats.argument_values import json_or_text
-from hybridrl.generation.tool_parser import FunctionCall, ParsedToolCalls, ToolParser, ToolSchemas, function_call
+from hybridrl.generation.tool_formats.parser import (
+    FunctionCall,
+    ParsedToolCalls,
+    ToolParser,
+    ToolSchemas,
+    function_call,
+)
 
 _BLOCK = re.compile(r"<minimax:tool_call>(.*?)</minimax:tool_call>", re.DOTALL)
 _INVOKE = re.compile(r'<invoke name="([^"]+)">\s*(.*?)</invoke>', re.DOTALL)

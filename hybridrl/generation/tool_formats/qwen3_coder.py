@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 
 from hybridrl.generation.tool_formats.argument_values import typed_value
-from hybridrl.generation.tool_parser import (
+from hybridrl.generation.tool_formats.parser import (
     FunctionCall,
     ParsedToolCalls,
     ToolParser,

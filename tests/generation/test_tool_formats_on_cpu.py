@@ -337,3 +337,33 @@ def build_with_tokens(tokens: list[str]):
 def test_every_format_returns_the_shared_call_type():
     parsed = ToolParser.get_tool_parser("minimax", None).parse(render_minimax("", [WEATHER]))
     assert parsed.calls == [FunctionCall(name="get_weather", arguments='{"city": "Paris", "days": 2}')]
+
+
+# ---------------------------------------------------------------------------- verl 0.9's qwen3_coder tests, adapted
+# (verl v0.9.0 tests/experimental/agent_loop/test_qwen3_tool_parser_on_cpu.py: the per-function reader under verl's
+# name, ``_parse_xml_function_call(function body, tools)``.)
+def _list_tool(param_type: str) -> OpenAIFunctionToolSchema:
+    return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
+        "name": "list_tool", "description": "a test tool",
+        "parameters": {"type": "object", "properties": {"items": {"type": param_type}}, "required": []}}})  # fmt: skip
+
+
+def _read(body: str, tools):
+    return ToolParser.get_tool_parser("qwen3_coder", None)._parse_xml_function_call(body, tools)
+
+
+def test_verl_qwen3_array_literal_and_no_code_execution(tmp_path):
+    assert _read("list_tool><parameter=items>[1, 2, 3]</parameter>", [_list_tool("array")]).arguments == (
+        '{"items": [1, 2, 3]}'
+    )
+    marker = tmp_path / "pwned.txt"
+    payload = f'__import__("os").system("echo pwned > {marker}")'  # model output must never be executed
+    call = _read(f"list_tool><parameter=items>{payload}</parameter>", [_list_tool("array")])
+    assert not marker.exists() and json.loads(call.arguments)["items"] == payload
+
+
+def test_verl_qwen3_truncations():
+    cut_param = _read("list_tool><parameter=items>valid</parameter><parameter=truncated", [_list_tool("string")])
+    assert json.loads(cut_param.arguments) == {"items": "valid"}  # the cut parameter dropped, the good one kept
+    assert _read("list_tool", []) is None  # a function header never closed
+    assert json.loads(_read("list_tool><parameter=items>value</parameter>", None).arguments) == {"items": "value"}

@@ -67,6 +67,10 @@ class Qwen3XMLToolParser(ToolParser):
                 calls += [call] if call is not None else []
         return ParsedToolCalls(content=text[:start], calls=calls, num_malformed=num_malformed)
 
+    def _parse_xml_function_call(self, function_call_str: str, tools: ToolSchemas) -> FunctionCall | None:
+        """verl 0.9's name for reading one ``<function=``...``</function>`` body (its tests call it)."""
+        return _read_function(function_call_str, tools)
+
 
 def _read_function(function: str, tools: ToolSchemas) -> FunctionCall | None:
     """The call in ``name>`` + parameters (the text after ``<function=``); None when the header is incomplete."""

@@ -5,9 +5,11 @@ one, there is no model hub), so the renderings are hand-written: each ``render_*
 the way that family's published chat template writes an assistant message with ``tool_calls`` (the text the model
 is trained to generate after the generation prompt), and one literal per family (``GOLDEN``) pins the exact text.
 Sources: Qwen3-Coder's and Gemma 4's chat templates (as published with the models, mirrored in vLLM's
-``examples/tool_chat_template_{qwen3coder,gemma4}.jinja``); GLM-4.5's chat template; OpenAI's harmony format guide
-for gpt-oss (the model's own output) and gpt-oss's Hugging Face chat template (past calls); Kimi K2's, Seed-OSS's and
-MiniMax-M2's chat templates; DeepSeek-V4's encoder as described in verl 0.9's ``DeepSeekV4ToolParser``.
+``examples/tool_chat_template_{qwen3coder,gemma4}.jinja``) and GLM-4.5's: for these three the renderers were checked
+character for character against the templates' tool-call code rendered with jinja (one and two calls, with and
+without text; the templates are not kept here); OpenAI's harmony format guide for gpt-oss (the model's own output)
+and gpt-oss's Hugging Face chat template (past calls); Kimi K2's, Seed-OSS's and MiniMax-M2's chat templates as
+documented with those models; DeepSeek-V4's encoder as described in verl 0.9's ``DeepSeekV4ToolParser``.
 
 Each format: one call and two calls, with and without text before them, recovered exactly (name, arguments as
 JSON); a malformed call next to a good one is counted, not fatal; text with no call is all content.
@@ -294,6 +296,9 @@ def test_kimi_keeps_the_call_id_and_names_odd_ids_from_the_tools():
     odd += "<|tool_call_end|><|tool_calls_section_end|>"
     assert parser.parse(odd, TOOLS).calls[0].name == "get_weather"  # the one tool whose name the id contains
     assert parser.parse(odd).calls[0].name == "get-weather-7"  # no tools offered: the id as it is
+    spaced = "<|tool_calls_section_begin|>\n<|tool_call_begin|>\nfunctions.get_weather:0<|tool_call_argument_begin|>\n"
+    spaced += '{"city": "Paris", "days": 2}\n<|tool_call_end|>\n<|tool_calls_section_end|>'  # as models also write it
+    assert _calls(parser.parse(spaced)) == [WEATHER]
 
 
 def test_deepseek_v4_strips_reasoning_and_end_of_sentence():

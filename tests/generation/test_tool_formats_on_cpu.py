@@ -272,6 +272,8 @@ def test_gpt_oss_reads_the_hf_template_header_and_drops_the_reasoning():
         '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
     )
     assert _calls(parser.parse(history)) == [("get_weather", {"city": "Paris"})]
+    first = ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
+    assert _calls(parser.parse(first)) == [("get_weather", {"city": "Paris"})]  # that form right after the prompt
     reasoning = "<|channel|>analysis<|message|>Call get_weather? to=functions.x maybe.<|end|><|start|>assistant"
     parsed = parser.parse(reasoning + render_gpt_oss("", [WEATHER]))
     assert _calls(parsed) == [WEATHER] and parsed.content == ""  # the reasoning went, and the call with its header

@@ -104,7 +104,7 @@ async def chat_completion(context: ServingContext, body: ChatCompletionRequest, 
     params = context.sampling_params(body, max_tokens, body.logprobs)
     outputs = await generate_choices(context.generate, trajectory_id, prompt_ids, params, body.n)
     parser = context.tool_parser if use_tools else None
-    choices = [finish_choice(i, output, context.tokenizer, stop, parser) for i, output in enumerate(outputs)]
+    choices = [finish_choice(i, output, context.tokenizer, stop, parser, tools) for i, output in enumerate(outputs)]
     request_messages = [message.model_dump(exclude_none=True) for message in body.messages]
     for choice in choices:
         context.record(trajectory_id, prompt_ids, choice, request_messages=request_messages, tools=tools)

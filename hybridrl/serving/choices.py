@@ -93,10 +93,13 @@ def cut_at_stop(tokenizer: Any, output: TokenOutput, stop: list[str]) -> tuple[l
     return ids[:high], None if log_probs is None else list(log_probs[:high]), text[:position], "stop"
 
 
-def split_tool_calls(parser: Any, text: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+def split_tool_calls(
+    parser: Any, text: str, tools: list[dict[str, Any]] | None = None
+) -> tuple[str | None, list[dict[str, Any]] | None]:
     """``(content, tool_calls)``: the well-formed calls of ``text`` as OpenAI tool calls with fresh ids and
-    the text without them (None when empty); ``(text, None)`` when the text has no well-formed call."""
-    parsed = parser.parse(text)
+    the text without them (None when empty); ``(text, None)`` when the text has no well-formed call. ``tools``: the
+    request's tool schemas (argument types for the formats that read them)."""
+    parsed = parser.parse(text, tools)
     if not parsed.calls:
         return text, None
     calls = [
@@ -110,10 +113,13 @@ def split_tool_calls(parser: Any, text: str) -> tuple[str | None, list[dict[str,
     return parsed.content.strip() or None, calls
 
 
-def finish_choice(index: int, output: TokenOutput, tokenizer: Any, stop: list[str], parser: Any | None) -> Choice:
+def finish_choice(
+    index: int, output: TokenOutput, tokenizer: Any, stop: list[str], parser: Any | None,
+    tools: list[dict[str, Any]] | None = None,
+) -> Choice:
     """The choice of one engine output; ``parser`` None: no tool-call parsing (no tools, tool_choice none)."""
     ids, log_probs, text, finish_reason = cut_at_stop(tokenizer, output, stop)
-    content, tool_calls = (text, None) if parser is None else split_tool_calls(parser, text)
+    content, tool_calls = (text, None) if parser is None else split_tool_calls(parser, text, tools)
     if tool_calls:
         finish_reason = "tool_calls"
     return Choice(index, ids, log_probs, text, finish_reason, content, tool_calls)

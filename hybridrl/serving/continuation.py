@@ -87,14 +87,17 @@ class ContinuationRenderer(PromptRenderer):
                 self._turns.popitem(last=False)
         return ids
 
-    def observe(self, trajectory_id: str, response_ids: list[int], tools_enabled: bool) -> None:
-        """The model's answer to the trajectory's last prompt (its first choice): ids and what the client got."""
+    def observe(
+        self, trajectory_id: str, response_ids: list[int], tools_enabled: bool, tools: list[dict] | None = None
+    ) -> None:
+        """The model's answer to the trajectory's last prompt (its first choice): ids and what the client got
+        (``tools``: the request's tool schemas, read by the formats that type arguments)."""
         turn = self._turns.get(trajectory_id)
         if turn is None or turn.response_ids is not None:
             return
         turn.response_ids = list(response_ids)
         text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-        content, calls = split_tool_calls(self.tool_parser, text) if tools_enabled else (text, None)
+        content, calls = split_tool_calls(self.tool_parser, text, tools) if tools_enabled else (text, None)
         turn.answer = _answer_of({"content": content, "tool_calls": calls})
 
     def forget(self, trajectory_id: str) -> None:

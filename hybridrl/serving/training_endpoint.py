@@ -67,7 +67,7 @@ class _Recorder:
     def record(self, trajectory_id: str, record: CompletionRecord) -> None:
         trajectory = self.endpoint.trajectories.get(trajectory_id)
         if record.choice_index == 0:
-            self.endpoint.renderer.observe(trajectory_id, record.response_ids, record.tools is not None)
+            self.endpoint.renderer.observe(trajectory_id, record.response_ids, record.tools is not None, record.tools)
         if trajectory is not None:
             trajectory.records.append(record)
 

@@ -126,3 +126,17 @@ def test_streamed_tool_calls(tools_tokenizer):
         (0, "calculator", {"expression": "12*7"})
     ]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_another_format_reads_argument_types_from_the_request_tools(tools_tokenizer):
+    """``tool_format=qwen3_coder``: the XML call comes back as an OpenAI tool call, its integer argument typed by the
+    request's schema (the format writes every value as text)."""
+    repeat = {"type": "function", "function": {"name": "repeat", "description": "Repeat a word.", "parameters": {
+        "type": "object", "properties": {"word": {"type": "string"}, "times": {"type": "integer"}}}}}  # fmt: skip
+    text = "<tool_call>\n<function=repeat>\n<parameter=word>\nhi\n</parameter>\n<parameter=times>\n3\n</parameter>\n"
+    text += "</function>\n</tool_call>"
+    generate = ScriptedGenerate(tools_tokenizer, [text])
+    app = make_app(generate, tools_tokenizer, tool_format="qwen3_coder")
+    response = run(lambda c: c.chat.completions.create(model=MODEL, messages=QUESTION, tools=[repeat]), app)
+    (call,) = response.choices[0].message.tool_calls
+    assert call.function.name == "repeat" and json.loads(call.function.arguments) == {"word": "hi", "times": 3}

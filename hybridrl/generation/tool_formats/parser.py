@@ -106,14 +106,19 @@ class ToolParser(ABC):
         return decorator
 
 
-def tool_function(tools: ToolSchemas, name: str) -> dict[str, Any] | None:
-    """The function schema (``{"name", "description", "parameters"}``) of tool ``name`` among ``tools``, or None."""
+def _functions(tools: ToolSchemas) -> list[dict[str, Any]]:
+    """The function schemas (``{"name", "description", "parameters"}``) of the function tools in ``tools``."""
+    functions = []
     for tool in tools or []:
         schema = tool.model_dump(exclude_none=True) if isinstance(tool, OpenAIFunctionToolSchema) else tool
-        function = schema.get("function") or {}
-        if schema.get("type", "function") == "function" and function.get("name") == name:
-            return function
-    return None
+        if schema.get("type", "function") == "function" and (schema.get("function") or {}).get("name"):
+            functions.append(schema["function"])
+    return functions
+
+
+def tool_function(tools: ToolSchemas, name: str) -> dict[str, Any] | None:
+    """The function schema of tool ``name`` among ``tools``, or None."""
+    return next((function for function in _functions(tools) if function["name"] == name), None)
 
 
 def tool_parameters(tools: ToolSchemas, name: str) -> dict[str, dict[str, Any]] | None:
@@ -124,12 +129,7 @@ def tool_parameters(tools: ToolSchemas, name: str) -> dict[str, dict[str, Any]] 
 
 def tool_names(tools: ToolSchemas) -> list[str]:
     """The function names offered in ``tools``."""
-    names = []
-    for tool in tools or []:
-        schema = tool.model_dump(exclude_none=True) if isinstance(tool, OpenAIFunctionToolSchema) else tool
-        if schema.get("type", "function") == "function" and (schema.get("function") or {}).get("name"):
-            names.append(schema["function"]["name"])
-    return names
+    return [function["name"] for function in _functions(tools)]
 
 
 def function_call(name: str, arguments: Any, raw: str) -> FunctionCall | None:

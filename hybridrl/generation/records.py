@@ -24,7 +24,8 @@ __all__ = [
 
 META_INFO_KEY = "meta_info"  # the call's layer inside a request dict (``sampling.CALL_LAYER_KEYS``)
 REQUEST_KEYS = (
-    "max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos", "min_tokens", META_INFO_KEY,
+    "max_tokens", "temperature", "top_p", "top_k", "logprobs", "seed", "ignore_eos", "min_tokens", "stop_token_ids",
+    META_INFO_KEY,
 )  # fmt: skip
 STOP_REASONS = ("stop", "length", "aborted")
 

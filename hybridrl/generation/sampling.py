@@ -10,7 +10,8 @@ Layers, later ones win (each optional but the first)::
                         carries only the part the trainer varies per call, CALL_LAYER_KEYS (validate, do_sample)
     3. the request      a server request's dict (records.REQUEST_KEYS): max_tokens (required, clamped to the
                         response length), temperature (names one: samples iff > 0), top_p, top_k, logprobs, seed,
-                        ignore_eos, min_tokens (at most max_tokens; the configured one is clamped to it);
+                        ignore_eos, min_tokens (at most max_tokens; the configured one is clamped to it),
+                        stop_token_ids (added to the stop ids);
                         type-checked, errors name the key
     4. validation       meta_info["validate"] → rollout.val_kwargs (temperature, top_k, top_p, do_sample)
     5. greedy           meta_info["do_sample"] False (ReMax's baseline), a do_sample that ends False, or a request
@@ -88,6 +89,8 @@ def resolve_sampling(
         _check_request_keys(request)
         call.update(_request_call_layer(request.get(META_INFO_KEY)))
     eos = _stop_ids(call, eos_token_ids, server=request is not None)
+    if request is not None:
+        eos += tuple(i for i in _request_stop_ids(request) if i not in eos)
     pad = _per_call(call, "pad_token_id", pad_token_id)
     values = {
         "temperature": float(_per_call(call, "temperature", rollout_config.temperature)),
@@ -243,6 +246,19 @@ def _check_request_keys(request: Mapping[str, Any]) -> None:
     unknown = sorted(set(request) - set(REQUEST_KEYS))
     if unknown:
         raise ValueError(f"sampling_params has unknown keys {unknown}; accepted keys: {list(REQUEST_KEYS)}")
+
+
+def _request_stop_ids(request: Mapping[str, Any]) -> tuple[int, ...]:
+    """A request's ``stop_token_ids`` (verl's name): more ids that end the request as a stop, e.g. a tool-call
+    format's closing token."""
+    ids = request.get("stop_token_ids")
+    if ids is None:
+        return ()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise _bad("stop_token_ids", ids, "a list of token ids")
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+        raise _bad("stop_token_ids", ids, "a list of token ids (ints >= 0)")
+    return tuple(ids)
 
 
 def _request_call_layer(layer: Any) -> dict[str, Any]:

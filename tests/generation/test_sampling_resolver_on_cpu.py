@@ -156,3 +156,15 @@ def test_an_agent_loop_request_resolves_like_the_sync_call():
             resolved.top_k,
             resolved.top_p,
         )
+
+
+# ---------------------------------------------------------------------------- a request's extra stop ids
+
+
+def test_request_stop_token_ids_join_the_engines_stop_ids():
+    # EOS (2, 7) from the engine; the request adds 9 and repeats 7 (kept once, the engine's order first)
+    assert resolve(request={"max_tokens": 2, "stop_token_ids": [9, 7]}).sampling.eos_token_ids == (2, 7, 9)
+    assert resolve(request={"max_tokens": 2, "stop_token_ids": None}).sampling.eos_token_ids == EOS
+    for bad in ("9", [9, "x"], [True], [-1], 9):
+        with pytest.raises(ValueError, match=r"\['stop_token_ids'\]"):
+            resolve(request={"max_tokens": 2, "stop_token_ids": bad})

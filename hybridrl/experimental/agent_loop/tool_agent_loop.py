@@ -102,7 +102,7 @@ class ToolAgentLoop(AgentLoopBase):
         start = time.perf_counter()
         output = await self.server_manager.generate(
             request_id, prompt_ids=trajectory.context_ids,
-            sampling_params={**sampling_params, "max_tokens": trajectory.remaining},
+            sampling_params=self._turn_sampling_params(sampling_params, trajectory.remaining),
         )
         metrics.generate_sequences += time.perf_counter() - start
         trajectory.add_model_tokens(output.token_ids, output.log_probs)
@@ -119,6 +119,15 @@ class ToolAgentLoop(AgentLoopBase):
         if parsed.num_malformed:
             return []
         return await self._interaction_reply(interaction, messages, turn_scores)
+
+    def _turn_sampling_params(self, sampling_params: dict[str, Any], remaining: int) -> dict[str, Any]:
+        """The turn's request: the budget left, and the format's stop tokens (Gemma 4 writes on after a call
+        unless ``<tool_call|>`` stops it; as verl, they join any ``stop_token_ids`` already asked for)."""
+        params = {**sampling_params, "max_tokens": remaining}
+        if self.tool_parser.stop_token_ids:
+            asked = list(params.get("stop_token_ids") or [])
+            params["stop_token_ids"] = asked + [i for i in self.tool_parser.stop_token_ids if i not in asked]
+        return params
 
     def _turn_budget_spent(self, trajectory: Trajectory) -> bool:
         if self.max_assistant_turns and trajectory.assistant_turns >= int(self.max_assistant_turns):

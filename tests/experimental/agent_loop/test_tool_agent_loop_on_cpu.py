@@ -196,3 +196,19 @@ def test_each_format_round_trips_through_the_tool_call_path(tokenizer):
         assert out.metrics.counters["tool_calls"] == 1 and out.metrics.counters["parse_failures"] == 0, name
         assert out.metrics.tools["calculator"]["calls"] == 1 and len(server.prompts) == 2, name
         assert "84" in tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask) if m == 0]), name
+
+
+def test_the_formats_stop_tokens_are_asked_for_each_turn(tokenizer):
+    """gemma4 stops on ``<tool_call|>`` (verl adds a parser's stop_token_ids to the request); hermes adds none."""
+    import copy
+
+    loop, _ = _loop(tokenizer, [])
+    with_token = copy.deepcopy(tokenizer)
+    with_token.add_special_tokens({"additional_special_tokens": ["<tool_call|>"]})
+    stop = with_token.convert_tokens_to_ids("<tool_call|>")
+    gemma = loop.config.copy()
+    gemma.actor_rollout_ref.rollout.multi_turn.format = "gemma4"
+    gemma_loop = ToolAgentLoop(trainer_config=gemma, server_manager=None, tokenizer=with_token, tools={},
+                               interactions={})
+    assert gemma_loop._turn_sampling_params({"stop_token_ids": [7]}, 5) == {"stop_token_ids": [7, stop], "max_tokens": 5}
+    assert "stop_token_ids" not in loop._turn_sampling_params({"temperature": 1.0}, 5)

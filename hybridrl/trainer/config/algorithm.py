@@ -1,0 +1,51 @@
+"""verl's algorithm configs (``verl.trainer.config.algorithm``); defaults from the YAML's ``algorithm`` section,
+see :mod:`hybridrl.base_config`. ``RolloutCorrectionConfig`` lives beside the rollout-correction parser
+(:mod:`hybridrl.algos.rollout_correction_config`) and is re-exported here at verl's path."""
+
+from typing import Any, Optional
+
+from hybridrl.algos.rollout_correction_config import RolloutCorrectionConfig
+from hybridrl.base_config import BaseConfig, yaml_dataclass
+
+__all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "RolloutCorrectionConfig"]
+
+
+@yaml_dataclass("algorithm.kl_ctrl", extra_keys=True)
+class KLControlConfig(BaseConfig):
+    """The in-reward KL coefficient's controller: ``fixed`` or ``adaptive`` (toward ``target_kl`` over
+    ``horizon`` steps)."""
+
+    type: str
+    kl_coef: float
+    horizon: int
+    target_kl: float
+
+
+@yaml_dataclass("algorithm.filter_groups", extra_keys=True)
+class FilterGroupsConfig(BaseConfig):
+    """DAPO's dynamic sampling: drop groups whose ``metric`` is the same for every sample, regenerate up to
+    ``max_num_gen_batches`` batches (0: no limit)."""
+
+    enable: bool
+    metric: Optional[str]
+    max_num_gen_batches: int
+    max_inflight_gen_batches: int = 1
+
+
+@yaml_dataclass("algorithm", extra_keys=True)
+class AlgoConfig(BaseConfig):
+    """Advantage estimation, in-reward KL, PF-PPO, dynamic sampling and rollout correction."""
+
+    gamma: float
+    lam: float
+    adv_estimator: str
+    norm_adv_by_std_in_grpo: bool
+    use_kl_in_reward: bool
+    kl_penalty: str
+    kl_ctrl: KLControlConfig
+    use_pf_ppo: bool
+    pf_ppo: dict[str, Any]
+    filter_groups: Optional[FilterGroupsConfig]
+    rollout_correction: Optional[RolloutCorrectionConfig]
+    gdpo_reward_keys: Optional[list[str]] = None
+    gdpo_reward_weights: Optional[list[float]] = None

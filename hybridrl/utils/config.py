@@ -1,0 +1,54 @@
+"""``omega_conf_to_dataclass``: a config section (DictConfig or dict) to a typed config dataclass, as in verl.
+
+Two ways, as verl 0.6+ does them::
+
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.actor, FSDPActorConfig)   # the class given: merge onto its defaults
+    omega_conf_to_dataclass({"_target_": "hybridrl.workers.config.FSDPActorConfig", ...})  # the class named inside
+
+Given a class, the section is merged onto the class's defaults (which come from the shipped YAML, see
+:mod:`hybridrl.base_config`), so keys the section lacks keep their defaults and a key the class does not have is an
+error naming it. Without a class, ``_target_`` is required and Hydra's ``instantiate`` builds the object, nested
+``_target_`` sections first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import is_dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+__all__ = ["omega_conf_to_dataclass"]
+
+
+def omega_conf_to_dataclass(config: DictConfig | dict, dataclass_type: type | None = None) -> Any:
+    """Build a config dataclass from ``config``.
+
+    Args:
+        config: a DictConfig or dict section; an object that is neither is returned as it is (already built).
+        dataclass_type: the dataclass to build; None: the section's ``_target_`` names it.
+
+    Returns:
+        The dataclass instance (``dataclass_type()`` for an empty section; None for an empty section and no type).
+
+    Raises:
+        ValueError: ``dataclass_type`` is not a dataclass, or no type is given and the section has no ``_target_``.
+        omegaconf.errors.ConfigKeyError: the section has a key the dataclass lacks.
+    """
+    if not config:
+        return None if dataclass_type is None else dataclass_type()
+    if not isinstance(config, (DictConfig, ListConfig, dict, list)):
+        return config
+    if dataclass_type is None:
+        if "_target_" not in config:
+            raise ValueError(
+                "omega_conf_to_dataclass: pass dataclass_type, or give the section a _target_ naming the class "
+                f"(e.g. _target_: hybridrl.workers.config.FSDPActorConfig); got keys {sorted(config.keys())}"
+            )
+        from hydra.utils import instantiate
+
+        return instantiate(config, _convert_="partial")
+    if not is_dataclass(dataclass_type):
+        raise ValueError(f"{dataclass_type} must be a dataclass")
+    merged = OmegaConf.merge(OmegaConf.structured(dataclass_type), OmegaConf.create(config))
+    return OmegaConf.to_object(merged)

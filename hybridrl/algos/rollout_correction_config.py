@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.algos.params import config_value
 from hybridrl.base_config import BaseConfig, yaml_dataclass
@@ -252,10 +252,10 @@ class RolloutCorrectionConfig(BaseConfig):
     ``params()`` parses it into :class:`RolloutCorrectionParams`, the form the math takes.
     """
 
-    rollout_is: Optional[str]
+    rollout_is: str | None
     rollout_is_threshold: Any  # a float (TIS) or a "lower_upper" string (IcePop)
     rollout_is_batch_normalize: bool
-    rollout_rs: Optional[str]
+    rollout_rs: str | None
     rollout_rs_threshold: Any  # a float, a "lower_upper" string, or one per option joined by commas
     bypass_mode: bool
     loss_type: str

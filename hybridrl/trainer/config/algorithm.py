@@ -2,7 +2,7 @@
 see :mod:`hybridrl.base_config`. ``RolloutCorrectionConfig`` lives beside the rollout-correction parser
 (:mod:`hybridrl.algos.rollout_correction_config`) and is re-exported here at verl's path."""
 
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.algos.rollout_correction_config import RolloutCorrectionConfig
 from hybridrl.base_config import BaseConfig, yaml_dataclass
@@ -27,7 +27,7 @@ class FilterGroupsConfig(BaseConfig):
     ``max_num_gen_batches`` batches (0: no limit)."""
 
     enable: bool
-    metric: Optional[str]
+    metric: str | None
     max_num_gen_batches: int
     max_inflight_gen_batches: int = 1
 
@@ -45,7 +45,7 @@ class AlgoConfig(BaseConfig):
     kl_ctrl: KLControlConfig
     use_pf_ppo: bool
     pf_ppo: dict[str, Any]
-    filter_groups: Optional[FilterGroupsConfig]
-    rollout_correction: Optional[RolloutCorrectionConfig]
-    gdpo_reward_keys: Optional[list[str]] = None
-    gdpo_reward_weights: Optional[list[float]] = None
+    filter_groups: FilterGroupsConfig | None
+    rollout_correction: RolloutCorrectionConfig | None
+    gdpo_reward_keys: list[str] | None = None
+    gdpo_reward_weights: list[float] | None = None

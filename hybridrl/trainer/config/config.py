@@ -2,7 +2,7 @@
 configs, which use it, and re-exported here), ``ProfileConfig``, ``BaseModelConfig``, ``ModuleConfig``."""
 
 from dataclasses import field
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 from hybridrl.workers.config.checkpoint import CheckpointConfig
@@ -14,10 +14,10 @@ __all__ = ["BaseModelConfig", "CheckpointConfig", "ModuleConfig", "ProfileConfig
 class ProfileConfig(BaseConfig):
     """Which ranks and steps to profile, and where the traces go."""
 
-    profile_ranks: Optional[list[int]] = None
+    profile_ranks: list[int] | None = None
     step_start: int = -1
     step_end: int = -1
-    save_path: Optional[str] = None
+    save_path: str | None = None
 
 
 @yaml_dataclass("actor_rollout_ref.model")
@@ -26,9 +26,9 @@ class BaseModelConfig(BaseConfig):
 
     path: str
     override_config: dict[str, Any]
-    external_lib: Optional[str]
+    external_lib: str | None
     trust_remote_code: bool
-    tokenizer_path: Optional[str] = None
+    tokenizer_path: str | None = None
     lora: dict[str, Any] = field(default_factory=dict)
 
 
@@ -36,5 +36,5 @@ class BaseModelConfig(BaseConfig):
 class ModuleConfig(BaseConfig):
     """A Python module to load: a file ``path`` and/or an importable ``name``."""
 
-    path: Optional[str] = None
-    name: Optional[str] = None
+    path: str | None = None
+    name: str | None = None

@@ -7,7 +7,7 @@ Defaults from the YAML's ``actor_rollout_ref.actor`` (``ppo_megatron_trainer.yam
 """
 
 from dataclasses import field
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.algos.rollout_correction_config import RolloutCorrectionConfig
 from hybridrl.base_config import BaseConfig, yaml_dataclass
@@ -27,7 +27,7 @@ ACTOR_PATH = "actor_rollout_ref.actor"
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def check_micro_batch(section: str, param: str, per_sample: Optional[int], per_gpu: Optional[int]) -> None:
+def check_micro_batch(section: str, param: str, per_sample: int | None, per_gpu: int | None) -> None:
     """Exactly one of the deprecated ``<param>`` and ``<param>_per_gpu`` is set (verl's messages)."""
     if per_sample is not None and per_gpu is not None:
         raise ValueError(
@@ -46,8 +46,8 @@ class RouterReplayConfig(BaseConfig):
     """MoE routing replay of the actor: ``disabled`` | ``R2`` | ``R3``."""
 
     mode: str = "disabled"
-    record_file: Optional[str] = None
-    replay_file: Optional[str] = None
+    record_file: str | None = None
+    replay_file: str | None = None
 
     def __post_init__(self) -> None:
         check_router_replay_mode(self.mode)
@@ -63,7 +63,7 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float
     kl_cov_ratio: float
     ppo_kl_coef: float
-    dro_beta: Optional[float] = None
+    dro_beta: float | None = None
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
@@ -82,8 +82,8 @@ class ActorConfig(BaseConfig):
 
     strategy: str
     ppo_mini_batch_size: int
-    ppo_micro_batch_size: Optional[int]
-    ppo_micro_batch_size_per_gpu: Optional[int]
+    ppo_micro_batch_size: int | None
+    ppo_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
     ppo_max_token_len_per_gpu: int
     clip_ratio: float
@@ -92,7 +92,7 @@ class ActorConfig(BaseConfig):
     policy_loss: PolicyLossConfig
     clip_ratio_c: float
     loss_agg_mode: str
-    loss_scale_factor: Optional[int]
+    loss_scale_factor: int | None
     entropy_coeff: float
     use_kl_loss: bool
     use_torch_compile: bool
@@ -102,7 +102,7 @@ class ActorConfig(BaseConfig):
     shuffle: bool
     checkpoint: CheckpointConfig
     optim: OptimizerConfig
-    ppo_infer_micro_batch_size_per_gpu: Optional[int] = None
+    ppo_infer_micro_batch_size_per_gpu: int | None = None
     ppo_infer_max_token_len_per_gpu: int = 16384
     freeze_vision_tower: bool = False
     tau_pos: float = 1.0
@@ -110,7 +110,7 @@ class ActorConfig(BaseConfig):
     calculate_entropy: bool = False
     calculate_sum_pi_squared: bool = False
     use_prefix_grouper: bool = False
-    data_loader_seed: Optional[int] = 42
+    data_loader_seed: int | None = 42
     use_fused_kernels: bool = False
     engine: Any = field(default_factory=BaseConfig)
     rollout_n: int = 1  # set from rollout.n by the trainer; verl's YAML interpolates it the same way
@@ -126,7 +126,7 @@ class ActorConfig(BaseConfig):
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(f"Invalid loss_agg_mode: {self.loss_agg_mode!r}; use one of {LOSS_AGG_MODES}")
 
-    def validate(self, n_gpus: int, train_batch_size: int, model_config: Optional[dict] = None) -> None:
+    def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
         """Checks that need the run's sizes (verl's): the mini-batch fits the batch, micro-batches divide it."""
         if self.use_dynamic_bsz:
             return
@@ -170,7 +170,7 @@ class FSDPActorConfig(ActorConfig):
         if self.ulysses_sequence_parallel_size > 1:
             self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size
 
-    def validate(self, n_gpus: int, train_batch_size: int, model_config: Optional[dict] = None) -> None:
+    def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
         super().validate(n_gpus, train_batch_size, model_config)
         if self.ulysses_sequence_parallel_size > 1 and model_config and not model_config.get("use_remove_padding"):
             raise ValueError(

@@ -2,7 +2,7 @@
 (``ppo_megatron_trainer.yaml`` for Megatron), see :mod:`hybridrl.base_config`."""
 
 from dataclasses import field
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 from hybridrl.workers.config.actor import check_micro_batch
@@ -18,9 +18,9 @@ class FSDPCriticModelCfg(BaseConfig):
     """The value model of the FSDP critic (``critic.model``)."""
 
     path: str
-    tokenizer_path: Optional[str]
+    tokenizer_path: str | None
     override_config: dict[str, Any]
-    external_lib: Optional[str]
+    external_lib: str | None
     trust_remote_code: bool
     use_shm: bool
     enable_gradient_checkpointing: bool
@@ -46,11 +46,11 @@ class CriticConfig(BaseConfig):
     }
 
     strategy: str
-    enable: Optional[bool]
+    enable: bool | None
     rollout_n: int
     ppo_mini_batch_size: int
-    ppo_micro_batch_size: Optional[int]
-    ppo_micro_batch_size_per_gpu: Optional[int]
+    ppo_micro_batch_size: int | None
+    ppo_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
     ppo_max_token_len_per_gpu: int
     forward_max_token_len_per_gpu: int
@@ -60,10 +60,10 @@ class CriticConfig(BaseConfig):
     loss_agg_mode: str
     checkpoint: CheckpointConfig
     optim: OptimizerConfig
-    ppo_infer_micro_batch_size_per_gpu: Optional[int] = None
+    ppo_infer_micro_batch_size_per_gpu: int | None = None
     ppo_infer_max_token_len_per_gpu: int = 32768
-    data_loader_seed: Optional[int] = 42
-    loss_scale_factor: Optional[int] = None
+    data_loader_seed: int | None = 42
+    loss_scale_factor: int | None = None
     engine: Any = field(default_factory=BaseConfig)
     model: Any = None
 
@@ -95,8 +95,8 @@ class FSDPCriticConfig(CriticConfig):
 
     optim: FSDPOptimizerConfig
     model: FSDPCriticModelCfg
-    forward_micro_batch_size: Optional[int]
-    forward_micro_batch_size_per_gpu: Optional[int]
+    forward_micro_batch_size: int | None
+    forward_micro_batch_size_per_gpu: int | None
     ulysses_sequence_parallel_size: int
     grad_clip: float
 

@@ -7,7 +7,7 @@ Defaults come from the shipped YAML (``actor_rollout_ref.actor.fsdp_config`` for
 
 import warnings
 from dataclasses import field
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 
@@ -29,8 +29,8 @@ class EngineRouterReplayConfig(BaseConfig):
     the rollout's routes)."""
 
     mode: str = "disabled"
-    record_file: Optional[str] = None
-    replay_file: Optional[str] = None
+    record_file: str | None = None
+    replay_file: str | None = None
 
     def __post_init__(self) -> None:
         check_router_replay_mode(self.mode)
@@ -55,13 +55,13 @@ class EngineConfig(BaseConfig):
     optimizer_offload: bool
     grad_offload: bool = False
     forward_only: bool = False
-    strategy: Optional[str] = None
+    strategy: str | None = None
     dtype: str = "bfloat16"
     use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: Optional[int] = None
-    micro_batch_size_per_gpu: Optional[int] = None
-    infer_max_token_len_per_gpu: Optional[int] = None
-    infer_micro_batch_size_per_gpu: Optional[int] = None
+    max_token_len_per_gpu: int | None = None
+    micro_batch_size_per_gpu: int | None = None
+    infer_max_token_len_per_gpu: int | None = None
+    infer_micro_batch_size_per_gpu: int | None = None
     use_fused_kernels: bool = False
     use_remove_padding: bool = True
     seed: int = 42
@@ -82,13 +82,13 @@ class FSDPEngineConfig(EngineConfig):
     forward_prefetch: bool
     model_dtype: str = "fp32"
     use_orig_params: bool = False
-    mixed_precision: Optional[dict[str, Any]] = None
+    mixed_precision: dict[str, Any] | None = None
     ulysses_sequence_parallel_size: int = 1
     entropy_from_logits_with_chunking: bool = False
     entropy_from_logits_chunk_size: int = 2048
     use_torch_compile: bool = True
     entropy_checkpointing: bool = False
-    strategy: Optional[str] = "fsdp"
+    strategy: str | None = "fsdp"
     pad_to_length: bool = False
     pad_to_length_bucket: int = 1024
 
@@ -106,24 +106,24 @@ class McoreEngineConfig(EngineConfig):
 
     tensor_model_parallel_size: int
     expert_model_parallel_size: int
-    expert_tensor_parallel_size: Optional[int]
+    expert_tensor_parallel_size: int | None
     pipeline_model_parallel_size: int
-    virtual_pipeline_model_parallel_size: Optional[int]
+    virtual_pipeline_model_parallel_size: int | None
     context_parallel_size: int
     sequence_parallel: bool
     use_distributed_optimizer: bool
     use_dist_checkpointing: bool
-    dist_checkpointing_path: Optional[str]
+    dist_checkpointing_path: str | None
     override_transformer_config: dict[str, Any]
     use_mbridge: bool
     dynamic_context_parallel: bool = False
-    max_seqlen_per_dp_cp_rank: Optional[int] = None
+    max_seqlen_per_dp_cp_rank: int | None = None
     dist_checkpointing_prefix: str = ""
     override_ddp_config: dict[str, Any] = field(default_factory=dict)
     override_mcore_model_config: dict[str, Any] = field(default_factory=dict)
     vanilla_mbridge: bool = False
     use_megatron_fsdp: bool = False
-    strategy: Optional[str] = "megatron"
+    strategy: str | None = "megatron"
 
     def __post_init__(self) -> None:
         if self.strategy != "megatron":

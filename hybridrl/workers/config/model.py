@@ -8,7 +8,7 @@ generation config and (``load_tokenizer``) tokenizer / processor are loaded into
 
 import os
 from dataclasses import field
-from typing import Any, Optional
+from typing import Any
 
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 
@@ -45,37 +45,37 @@ class HFModelConfig(BaseConfig):
     )
 
     path: str
-    custom_chat_template: Optional[str]
+    custom_chat_template: str | None
     use_shm: bool
-    external_lib: Optional[str]
+    external_lib: str | None
     override_config: dict
     enable_gradient_checkpointing: bool
     enable_activation_offload: bool
     use_remove_padding: bool
     lora_rank: int
     lora_alpha: int
-    target_modules: Optional[Any]  # "all-linear" or a list of module names
-    exclude_modules: Optional[str]
+    target_modules: Any | None  # "all-linear" or a list of module names
+    exclude_modules: str | None
     use_liger: bool
     use_fused_kernels: bool
     fused_kernel_options: dict
     trust_remote_code: bool
-    local_path: Optional[str] = None
-    hf_config_path: Optional[str] = None
-    local_hf_config_path: Optional[str] = None
-    tokenizer_path: Optional[str] = None
-    local_tokenizer_path: Optional[str] = None
+    local_path: str | None = None
+    hf_config_path: str | None = None
+    local_hf_config_path: str | None = None
+    tokenizer_path: str | None = None
+    local_tokenizer_path: str | None = None
     model_type: str = "language_model"
     load_tokenizer: bool = True
     hf_config: Any = None
     generation_config: Any = None
     tokenizer: Any = None
     processor: Any = None
-    target_parameters: Optional[list[str]] = None
+    target_parameters: list[str] | None = None
     lora: dict[str, Any] = field(default_factory=dict)
-    lora_adapter_path: Optional[str] = None
+    lora_adapter_path: str | None = None
     tiled_mlp: dict = field(default_factory=lambda: {"enabled": False, "num_shards": 4})
-    architectures: Optional[list[str]] = None
+    architectures: list[str] | None = None
 
     def __post_init__(self) -> None:
         check_target_modules(self.target_modules)

@@ -2,7 +2,6 @@
 (``ppo_trainer.yaml`` for FSDP, ``ppo_megatron_trainer.yaml`` for Megatron), see :mod:`hybridrl.base_config`."""
 
 import warnings
-from typing import Optional
 
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 
@@ -23,10 +22,10 @@ class OptimizerConfig(BaseConfig):
     lr_warmup_steps_ratio: float
     total_training_steps: int
     weight_decay: float
-    lr_warmup_steps: Optional[int]
+    lr_warmup_steps: int | None
     betas: list[float]
     clip_grad: float = 1.0
-    grad_clip: Optional[float] = None
+    grad_clip: float | None = None
 
     def __post_init__(self) -> None:
         if self.grad_clip is not None:
@@ -41,13 +40,13 @@ class FSDPOptimizerConfig(OptimizerConfig):
 
     _mutable_fields = OptimizerConfig._mutable_fields | {"lr_scheduler_type"}
 
-    min_lr_ratio: Optional[float]
-    warmup_style: Optional[str]
+    min_lr_ratio: float | None
+    warmup_style: str | None
     num_cycles: float
     optimizer: str = "AdamW"
     optimizer_impl: str = "torch.optim"
     lr_scheduler_type: str = "constant"
-    override_optimizer_config: Optional[dict] = None
+    override_optimizer_config: dict | None = None
     zero_indexed_step: bool = True
 
     def __post_init__(self) -> None:
@@ -66,12 +65,12 @@ class McoreOptimizerConfig(OptimizerConfig):
 
     optimizer: str
     lr_warmup_init: float
-    lr_decay_steps: Optional[int]
+    lr_decay_steps: int | None
     lr_decay_style: str
     min_lr: float
     weight_decay_incr_style: str
     lr_wsd_decay_style: str
-    lr_wsd_decay_steps: Optional[int]
+    lr_wsd_decay_steps: int | None
     use_checkpoint_opt_param_scheduler: bool
     use_precision_aware_optimizer: bool = False
     main_grads_dtype: str = "fp32"
@@ -89,4 +88,4 @@ class McoreOptimizerConfig(OptimizerConfig):
     muon_extra_scale_factor: float = 1.0
     muon_scalar_optimizer: str = "adam"
     muon_match_adamw_update_rms: bool = False
-    override_optimizer_config: Optional[dict] = None
+    override_optimizer_config: dict | None = None

@@ -2,7 +2,6 @@
 ``actor_rollout_ref.rollout`` and its subsections, see :mod:`hybridrl.base_config`."""
 
 from dataclasses import field
-from typing import Optional
 
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 
@@ -37,25 +36,25 @@ class MultiTurnConfig(BaseConfig):
     _mutable_fields = frozenset({"max_assistant_turns", "max_user_turns"})
 
     enable: bool
-    max_assistant_turns: Optional[int]
-    tool_config_path: Optional[str]
-    function_tool_path: Optional[str]
-    max_user_turns: Optional[int]
+    max_assistant_turns: int | None
+    tool_config_path: str | None
+    function_tool_path: str | None
+    max_user_turns: int | None
     max_parallel_calls: int
     max_tool_response_length: int
     tool_response_truncate_side: str
     use_inference_chat_template: bool
     tokenization_sanity_check_mode: str
     format: str
-    num_repeat_rollouts: Optional[int]
+    num_repeat_rollouts: int | None
 
 
 @yaml_dataclass(f"{ROLLOUT_PATH}.agent.custom_async_server", extra_keys=True)
 class CustomAsyncServerConfig(BaseConfig):
     """A user's async rollout server class (``path`` of the file, ``name`` of the class)."""
 
-    path: Optional[str]
-    name: Optional[str]
+    path: str | None
+    name: str | None
 
 
 @yaml_dataclass(f"{ROLLOUT_PATH}.agent", extra_keys=True)
@@ -64,19 +63,19 @@ class AgentLoopConfig(BaseConfig):
 
     num_workers: int
     default_agent_loop: str
-    agent_loop_config_path: Optional[str]
+    agent_loop_config_path: str | None
     custom_async_server: CustomAsyncServerConfig
-    agent_loop_manager_class: Optional[str] = None
+    agent_loop_manager_class: str | None = None
 
 
 @yaml_dataclass(f"{ROLLOUT_PATH}.trace", extra_keys=True)
 class TraceConfig(BaseConfig):
     """Rollout tracing backend."""
 
-    backend: Optional[str]
-    project_name: Optional[str] = None
-    experiment_name: Optional[str] = None
-    max_samples_per_step_per_worker: Optional[int] = None
+    backend: str | None
+    project_name: str | None = None
+    experiment_name: str | None = None
+    max_samples_per_step_per_worker: int | None = None
 
 
 @yaml_dataclass(f"{ROLLOUT_PATH}.checkpoint_engine", extra_keys=True)
@@ -85,10 +84,10 @@ class CheckpointEngineConfig(BaseConfig):
 
     _mutable_fields = frozenset({"backend"})
 
-    backend: Optional[str] = "naive"
+    backend: str | None = "naive"
     update_weights_bucket_megabytes: int = 2048
     engine_kwargs: dict = field(default_factory=dict)
-    custom_backend_module: Optional[str] = None
+    custom_backend_module: str | None = None
 
 
 @yaml_dataclass(ROLLOUT_PATH, extra_keys=True)
@@ -108,7 +107,7 @@ class RolloutConfig(BaseConfig):
         }
     )
 
-    name: Optional[str]
+    name: str | None
     mode: str
     temperature: float
     top_k: int
@@ -124,10 +123,10 @@ class RolloutConfig(BaseConfig):
     free_cache_engine: bool
     tensor_model_parallel_size: int
     max_num_batched_tokens: int
-    max_model_len: Optional[int]
+    max_model_len: int | None
     max_num_seqs: int
-    log_prob_micro_batch_size: Optional[int]
-    log_prob_micro_batch_size_per_gpu: Optional[int]
+    log_prob_micro_batch_size: int | None
+    log_prob_micro_batch_size_per_gpu: int | None
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: int
     disable_log_stats: bool
@@ -151,12 +150,12 @@ class RolloutConfig(BaseConfig):
     expert_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     moe_tensor_parallel_size: int = 1
-    logprobs_mode: Optional[str] = "processed_logprobs"
-    scheduling_policy: Optional[str] = "fcfs"
+    logprobs_mode: str | None = "processed_logprobs"
+    scheduling_policy: str | None = "fcfs"
     enable_prefix_caching: bool = True
     skip_tokenizer_init: bool = True
     enable_rollout_routing_replay: bool = False
     moe_load_balance_metrics_interval: int = 0
     enable_sleep_mode: bool = True
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
-    custom: Optional[dict] = None
+    custom: dict | None = None

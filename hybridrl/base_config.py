@@ -89,19 +89,18 @@ def _config_class(annotation: Any) -> type | None:
 
 
 def build_nested(config_class: type, values: dict) -> Any:
-    """``config_class`` from a YAML mapping: nested config fields built the same way, unknown keys refused."""
+    """``config_class`` from a YAML mapping, nested config fields built the same way.
+
+    Keys the class has no field for are left out: a base class (``OptimizerConfig``) built from a section written
+    for its subclasses (``actor.optim``). The YAML-equality test catches a key a leaf class would lose.
+    """
     known = {f.name: f for f in fields(config_class)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise TypeError(
-            f"{config_class.__name__} has no field(s) {unknown} (keys of the YAML section it is built from)"
-        )
-    kwargs = {
-        name: build_nested(_config_class(known[name].type), value)
-        if _config_class(known[name].type) and isinstance(value, dict)
-        else value
-        for name, value in values.items()
-    }
+    kwargs = {}
+    for name, value in values.items():
+        if name not in known:
+            continue
+        nested = _config_class(known[name].type)
+        kwargs[name] = build_nested(nested, value) if nested is not None and isinstance(value, dict) else value
     return config_class(**kwargs)
 
 
@@ -154,6 +153,7 @@ def yaml_dataclass(path: str, config_name: str = "ppo_trainer", extra_keys: bool
         cls.__annotations__ = annotations
         cls._yaml_source = (config_name, path)
         cls._yaml_fields = frozenset(backed)
+        cls._yaml_extra_keys = extra_keys
         return dataclass(kw_only=True)(cls)
 
     return wrap

@@ -13,7 +13,6 @@ hybridrl's actor takes the bypass settings from the batch's ``meta_info["rollout
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch

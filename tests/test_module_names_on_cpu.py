@@ -20,6 +20,8 @@ ALLOWED_DUPLICATES: dict[str, str] = {
     "base.py": "a package's interface module, at verl's paths (single_controller/ray/base, workers/rollout/base, "
     "workers/actor/base, workers/critic/base, interactions/base)",
     "actor.py": "verl's path of the actor's typed config (workers/config/actor), and the Megatron actor",
+    "chat_template.py": "verl's two paths of the chat-template helpers: utils/chat_template (verl 0.7-0.8) re-exports "
+    "utils/tokenizer/chat_template (verl 0.9)",
     "checkpoint.py": "engine siblings: a worker's checkpoint I/O on FSDP (workers/engine) and on Megatron; verl's "
     "path of the checkpoint's typed config (workers/config/checkpoint)",
     "checkpointing.py": "trainer siblings: driver-side checkpoint and resume of the PPO and the SFT trainer",
@@ -62,11 +64,7 @@ def _duplicates() -> dict[str, list[str]]:
 
 
 def test_every_repeated_module_name_is_allowed_with_a_reason():
-    unexplained = {
-        name: paths
-        for name, paths in _duplicates().items()
-        if name not in ALLOWED_DUPLICATES
-    }
+    unexplained = {name: paths for name, paths in _duplicates().items() if name not in ALLOWED_DUPLICATES}
     assert not unexplained, (
         f"module base names used more than once in hybridrl/: {unexplained}; rename one to say what it is, or add "
         "the name to ALLOWED_DUPLICATES with the reason they are the same concept"

@@ -8,6 +8,7 @@ Modules, by concept (imports point down this list, never up):
     merge           union_tensor_dict / union_numpy_dict / union_two_dict, meta_info merging on concat
     auto_padding    DataProtoConfig: the switch that lets chunk/dispatch split unevenly
     serialization   pickling of the tensor batch, save_to_disk / load_from_disk
+    tensordict_conversion   a DataProto as one TensorDict and back (to_tensordict / from_tensordict)
     data_proto      DataProto, DataProtoItem, collate_fn
     padding         pad_dataproto_to_divisor / unpad_dataproto
     folding         fold_batch_dim / unfold_batch_dim

@@ -103,8 +103,10 @@ def save_to_disk(data: Any, filepath: str) -> None:
     try:
         save_single_file(state, filepath, _FILE_KIND)
     except UnsafeStateError as error:
-        raise ValueError(f"DataProto.save_to_disk({filepath!r}): {error}. Convert that value to plain types "
-                         "(str, numbers, lists, dicts, numpy arrays) before saving") from error
+        raise ValueError(
+            f"DataProto.save_to_disk({filepath!r}): {error}. Convert that value to plain types "
+            "(str, numbers, lists, dicts, numpy arrays) before saving"
+        ) from error
 
 
 def _looks_like_pickle(filepath: str) -> bool:

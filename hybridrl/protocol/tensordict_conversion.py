@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
+from hybridrl.utils.tensordict_utils import get_tensordict
+
 __all__ = ["from_tensordict_parts", "to_tensordict"]
 
 
@@ -43,12 +45,10 @@ def to_tensordict(
         raise ValueError(
             f"to_tensordict: keys {sorted(shared)} are in more than one of batch / non_tensor_batch / meta_info"
         )
-    source: dict[str, Any] = dict(tensors)
-    for key, values in non_tensor_batch.items():
-        source[key] = NonTensorStack.from_list([NonTensorData(item) for item in values])
-    for key, value in meta_info.items():
-        source[key] = NonTensorData(value)
-    return TensorDict(source, batch_size=[length])
+    td = get_tensordict({**tensors, **non_tensor_batch}, meta_info)
+    if td.batch_size != torch.Size([length]):  # a DataProto without rows in any part
+        td.batch_size = [length]
+    return td
 
 
 def from_tensordict_parts(

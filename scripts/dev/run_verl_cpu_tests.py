@@ -137,13 +137,17 @@ def materialize(test_files: list[str], workdir: Path) -> None:
 # ---------------------------------------------------------------- run and count
 
 
+def _in_module(classname: str, module: str) -> bool:
+    return classname == module or classname.startswith(module + ".")
+
+
 def count(junit_xml: Path, test_files: list[str]) -> dict[str, dict[str, int]]:
     table = {path: {"passed": 0, "failed": 0, "errors": 0, "skipped": 0} for path in test_files}
     if not junit_xml.exists():
         return table
     for case in ET.parse(junit_xml).getroot().iter("testcase"):
         module = case.get("classname", "")
-        path = next((p for p in test_files if module.startswith(p[:-3].replace("/", "."))), None)
+        path = next((p for p in test_files if _in_module(module, p[:-3].replace("/", "."))), None)
         if path is None:
             continue
         kinds = {child.tag for child in case}

@@ -56,6 +56,14 @@ def _prefixed(metrics: dict[str, Any]) -> dict[str, float]:
     return {METRIC_PREFIX + key: value.item() if torch.is_tensor(value) else value for key, value in metrics.items()}
 
 
+def _check_not_bool(rollout_is_threshold: Any) -> None:
+    """verl refuses a boolean threshold with a TypeError (``True`` would otherwise read as 1.0)."""
+    if isinstance(rollout_is_threshold, bool):
+        raise TypeError(
+            f"rollout_is_threshold must be a float or a 'lower_upper' string, not a boolean: {rollout_is_threshold}"
+        )
+
+
 def compute_rollout_correction_weights(
     log_ratio: torch.Tensor,
     response_mask: torch.Tensor,
@@ -72,6 +80,7 @@ def compute_rollout_correction_weights(
         rollout_is_threshold: a float (TIS: w = min(ρ, t)) or ``"lower_upper"`` (IcePop: w = 0 outside).
         rollout_is_batch_normalize: divide the weights by their batch mean.
     """
+    _check_not_bool(rollout_is_threshold)
     threshold = parse_is_threshold(rollout_is_threshold)
     return compute_rollout_is_weights(log_ratio, response_mask, rollout_is, threshold, rollout_is_batch_normalize)
 
@@ -126,6 +135,7 @@ def _params(
     rollout_rs: str | None,
     rollout_rs_threshold: str | float | None,
 ) -> RolloutCorrectionParams:
+    _check_not_bool(rollout_is_threshold)
     if rollout_rs is not None and rollout_rs_threshold is None:
         raise ValueError("rollout_rs_threshold must be explicitly provided when rollout_rs is enabled")
     section = {

@@ -56,6 +56,8 @@ def test_combined_call_returns_verl_shapes():
     assert none is None
     with pytest.raises(ValueError, match="rollout_rs_threshold"):
         helper.compute_rollout_correction_and_rejection_mask(OLD, ROLLOUT, MASK, rollout_rs="token_k1")
+    with pytest.raises(TypeError, match="not a boolean"):  # True is no threshold of 1.0
+        helper.compute_rollout_correction_and_rejection_mask(OLD, ROLLOUT, MASK, "token", rollout_is_threshold=True)
 
 
 def test_offpolicy_metrics_without_rollout_log_probs():

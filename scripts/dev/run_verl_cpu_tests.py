@@ -187,10 +187,13 @@ def run(root: str, timeout: int) -> dict:
         except subprocess.TimeoutExpired as expired:
             output, timed_out = str(expired.stdout or ""), True
         table = count(junit, test_files)
+    for path in test_files:
+        table[path]["import_error"] = 0
     for path in collection_errors(output, test_files):
         if not any(table[path].values()):
-            table[path]["errors"] = 1  # the module did not import: one error for the file
-    totals = {kind: sum(row[kind] for row in table.values()) for kind in ("passed", "failed", "errors", "skipped")}
+            table[path].update(errors=1, import_error=1)  # the module did not import: one error for the file
+    kinds = ("passed", "failed", "errors", "skipped", "import_error")
+    totals = {kind: sum(row[kind] for row in table.values()) for kind in kinds}
     return {
         "verl": REF,
         "root": root,

@@ -28,6 +28,8 @@ from omegaconf import OmegaConf
 
 __all__ = ["BaseConfig", "yaml_dataclass", "yaml_section"]
 
+MANDATORY = "???"  # OmegaConf's mark of a value the user must give
+
 
 @dataclass
 class BaseConfig(collections.abc.Mapping):
@@ -105,7 +107,10 @@ def build_nested(config_class: type, values: dict) -> Any:
 
 
 def _field_for(value: Any, annotation: Any) -> Any:
-    """The dataclass ``field`` whose default is the YAML ``value`` (a factory for containers and configs)."""
+    """The dataclass ``field`` whose default is the YAML ``value`` (a factory for containers and configs); the
+    YAML's ``???`` (a key the user must set, e.g. ``rollout.name``) makes a required field."""
+    if value == MANDATORY:
+        return field()
     config_class = _config_class(annotation)
     if config_class is not None and isinstance(value, dict):
         return field(default_factory=functools.partial(build_nested, config_class, value))

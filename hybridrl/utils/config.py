@@ -5,7 +5,8 @@ Two ways, as verl 0.6+ does them::
     omega_conf_to_dataclass(cfg.actor_rollout_ref.actor, FSDPActorConfig)   # the class given: merge onto its defaults
     omega_conf_to_dataclass({"_target_": "hybridrl.workers.config.FSDPActorConfig", ...})  # the class named inside
 
-Given a class, the section is merged onto the class's defaults (which come from the shipped YAML, see
+Given a class, the section (its interpolations resolved against the tree it belongs to) is merged onto the class's
+defaults (which come from the shipped YAML, see
 :mod:`hybridrl.base_config`), so keys the section lacks keep their defaults and a key the class does not have is an
 error naming it. Without a class, ``_target_`` is required and Hydra's ``instantiate`` builds the object, nested
 ``_target_`` sections first.
@@ -50,5 +51,9 @@ def omega_conf_to_dataclass(config: DictConfig | dict, dataclass_type: type | No
         return instantiate(config, _convert_="partial")
     if not is_dataclass(dataclass_type):
         raise ValueError(f"{dataclass_type} must be a dataclass")
+    if isinstance(config, DictConfig):
+        # a section of a full tree: resolve its interpolations (``${oc.select:actor_rollout_ref.model....}``)
+        # against that tree while it is still attached, not against the detached copy
+        config = OmegaConf.to_container(config, resolve=True)
     merged = OmegaConf.merge(OmegaConf.structured(dataclass_type), OmegaConf.create(config))
     return OmegaConf.to_object(merged)

@@ -126,6 +126,10 @@ class ActorConfig(BaseConfig):
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(f"Invalid loss_agg_mode: {self.loss_agg_mode!r}; use one of {LOSS_AGG_MODES}")
 
+    def _sequence_parallel_size(self) -> int:
+        """Ranks one sample is split over (1: no sequence parallelism in this strategy's config)."""
+        return 1
+
     def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
         """Checks that need the run's sizes (verl's): the mini-batch fits the batch, micro-batches divide it."""
         if self.use_dynamic_bsz:
@@ -134,7 +138,7 @@ class ActorConfig(BaseConfig):
             raise ValueError(
                 f"train_batch_size ({train_batch_size}) must be >= actor.ppo_mini_batch_size ({self.ppo_mini_batch_size})"
             )
-        sp_size = getattr(self, "ulysses_sequence_parallel_size", 1)
+        sp_size = self._sequence_parallel_size()
         if self.ppo_micro_batch_size is not None:
             if self.ppo_mini_batch_size % self.ppo_micro_batch_size != 0:
                 raise ValueError(
@@ -169,6 +173,9 @@ class FSDPActorConfig(ActorConfig):
         object.__setattr__(self.engine, "strategy", self.strategy)
         if self.ulysses_sequence_parallel_size > 1:
             self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size
+
+    def _sequence_parallel_size(self) -> int:
+        return self.ulysses_sequence_parallel_size
 
     def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
         super().validate(n_gpus, train_batch_size, model_config)

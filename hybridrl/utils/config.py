@@ -9,7 +9,8 @@ Given a class, the section (its interpolations resolved against the tree it belo
 defaults (which come from the shipped YAML, see
 :mod:`hybridrl.base_config`), so keys the section lacks keep their defaults and a key the class does not have is an
 error naming it. Without a class, ``_target_`` is required and Hydra's ``instantiate`` builds the object, nested
-``_target_`` sections first.
+``_target_`` sections first; a ``_target_`` into verl (``verl.workers.config.FSDPActorConfig``, as verl's YAML writes
+it) builds hybridrl's class of the same path.
 """
 
 from __future__ import annotations
@@ -20,6 +21,25 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 __all__ = ["omega_conf_to_dataclass"]
+
+
+VERL_PACKAGE = "verl."
+
+
+def _with_hybridrl_targets(config: Any) -> Any:
+    """A copy of ``config`` whose ``_target_`` paths into verl (``verl.workers.config.FSDPActorConfig``, as verl's
+    YAML and saved configs write them) name the same class in hybridrl; other targets are kept."""
+    if isinstance(config, (DictConfig, ListConfig)):
+        config = OmegaConf.to_container(config, resolve=True)
+    if isinstance(config, list):
+        return [_with_hybridrl_targets(item) for item in config]
+    if not isinstance(config, dict):
+        return config
+    converted = {key: _with_hybridrl_targets(value) for key, value in config.items()}
+    target = converted.get("_target_")
+    if isinstance(target, str) and target.startswith(VERL_PACKAGE):
+        converted["_target_"] = "hybridrl." + target[len(VERL_PACKAGE) :]
+    return converted
 
 
 def omega_conf_to_dataclass(config: DictConfig | dict, dataclass_type: type | None = None) -> Any:
@@ -48,7 +68,7 @@ def omega_conf_to_dataclass(config: DictConfig | dict, dataclass_type: type | No
             )
         from hydra.utils import instantiate
 
-        return instantiate(config, _convert_="partial")
+        return instantiate(_with_hybridrl_targets(config), _convert_="partial")
     if not is_dataclass(dataclass_type):
         raise ValueError(f"{dataclass_type} must be a dataclass")
     if isinstance(config, DictConfig):

@@ -67,3 +67,16 @@ def test_errors_name_the_problem():
         omega_conf_to_dataclass({"width": 1}, dict)
     with pytest.raises(ConfigKeyError, match="height"):
         omega_conf_to_dataclass({"height": 1}, Layer)
+
+
+def test_targets_into_verl_build_the_hybridrl_class():
+    """verl's YAML and saved configs name ``verl.workers.config.*``; the same path under hybridrl is built."""
+    section = OmegaConf.create(
+        {
+            "_target_": "verl.workers.config.FSDPActorConfig",
+            "ppo_micro_batch_size_per_gpu": 2,
+            "optim": {"_target_": "verl.workers.config.FSDPOptimizerConfig", "lr": 0.5},
+        }
+    )
+    actor = omega_conf_to_dataclass(section)
+    assert type(actor) is FSDPActorConfig and type(actor.optim) is FSDPOptimizerConfig and actor.optim.lr == 0.5

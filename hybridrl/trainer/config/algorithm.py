@@ -1,11 +1,12 @@
 """verl's algorithm configs (``verl.trainer.config.algorithm``); defaults from the YAML's ``algorithm`` section,
-see :mod:`hybridrl.base_config`. ``RolloutCorrectionConfig`` lives beside the rollout-correction parser
-(:mod:`hybridrl.algos.rollout_correction_config`) and is re-exported here at verl's path."""
+see :mod:`hybridrl.base_config`. ``RolloutCorrectionConfig`` lives with the worker configs
+(:mod:`hybridrl.workers.config.rollout_corr`, the policy-loss config holds one) and is re-exported here at verl's
+path."""
 
 from typing import Any
 
-from hybridrl.algos.rollout_correction_config import RolloutCorrectionConfig
 from hybridrl.base_config import BaseConfig, yaml_dataclass
+from hybridrl.workers.config.rollout_corr import RolloutCorrectionConfig
 
 __all__ = ["AlgoConfig", "FilterGroupsConfig", "KLControlConfig", "RolloutCorrectionConfig"]
 

@@ -9,11 +9,11 @@ Defaults from the YAML's ``actor_rollout_ref.actor`` (``ppo_megatron_trainer.yam
 from dataclasses import field
 from typing import Any
 
-from hybridrl.algos.rollout_correction_config import RolloutCorrectionConfig
 from hybridrl.base_config import BaseConfig, yaml_dataclass
 from hybridrl.workers.config.checkpoint import CheckpointConfig, McoreCheckpointConfig
 from hybridrl.workers.config.engine import FSDPEngineConfig, McoreEngineConfig, check_router_replay_mode
 from hybridrl.workers.config.optimizer import FSDPOptimizerConfig, McoreOptimizerConfig, OptimizerConfig
+from hybridrl.workers.config.rollout_corr import RolloutCorrectionConfig
 
 __all__ = [
     "ActorConfig",

@@ -19,14 +19,22 @@ ALLOWED_DUPLICATES: dict[str, str] = {
     "__init__.py": "package marker",
     "base.py": "a package's interface module, at verl's paths (single_controller/ray/base, workers/rollout/base, "
     "workers/actor/base, workers/critic/base, interactions/base)",
-    "checkpoint.py": "engine siblings: a worker's checkpoint I/O on FSDP (workers/engine) and on Megatron",
+    "actor.py": "verl's path of the actor's typed config (workers/config/actor), and the Megatron actor",
+    "chat_template.py": "verl's two paths of the chat-template helpers: utils/chat_template (verl 0.7-0.8) re-exports "
+    "utils/tokenizer/chat_template (verl 0.9)",
+    "checkpoint.py": "engine siblings: a worker's checkpoint I/O on FSDP (workers/engine) and on Megatron; verl's "
+    "path of the checkpoint's typed config (workers/config/checkpoint)",
     "checkpointing.py": "trainer siblings: driver-side checkpoint and resume of the PPO and the SFT trainer",
-    "config.py": "a component's own config step: the SFT trainer's validation, a recipe's Hydra composition",
+    "config.py": "a component's own config step: the SFT trainer's validation, a recipe's Hydra composition; verl's "
+    "paths utils/config (omega_conf_to_dataclass) and trainer/config/config (typed trainer configs)",
     "context_parallel.py": "engine siblings: context parallelism of the FSDP path (utils) and of Megatron",
+    "critic.py": "verl's path of the critic's typed config (workers/config/critic), and the Megatron critic",
     "critic_worker.py": "engine siblings: the critic worker on FSDP and on Megatron",
+    "engine.py": "verl's path of the engines' typed configs (workers/config/engine), and the Megatron engine",
     "errors.py": "each package's own error types (Ray worker groups, OpenAI serving errors, config errors)",
     "forward.py": "trainer siblings: the forward pass of the PPO workers and of the SFT trainer",
-    "model.py": "verl's ``verl.utils.model`` path, and the Megatron engine's model builder",
+    "model.py": "verl's ``verl.utils.model`` path, the Megatron engine's model builder, and verl's path of the "
+    "model's typed config (workers/config/model)",
     "offload.py": "engine siblings: parameter / optimizer offload on FSDP and on Megatron",
     "parallel.py": "trainer / engine siblings: the parallel layout (device mesh, groups) of SFT and of Megatron",
     "reward_model_worker.py": "engine siblings: the reward-model worker on FSDP and on Megatron",
@@ -56,11 +64,7 @@ def _duplicates() -> dict[str, list[str]]:
 
 
 def test_every_repeated_module_name_is_allowed_with_a_reason():
-    unexplained = {
-        name: paths
-        for name, paths in _duplicates().items()
-        if name not in ALLOWED_DUPLICATES
-    }
+    unexplained = {name: paths for name, paths in _duplicates().items() if name not in ALLOWED_DUPLICATES}
     assert not unexplained, (
         f"module base names used more than once in hybridrl/: {unexplained}; rename one to say what it is, or add "
         "the name to ALLOWED_DUPLICATES with the reason they are the same concept"

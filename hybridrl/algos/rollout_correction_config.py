@@ -1,6 +1,7 @@
 """The ``algorithm.rollout_correction`` settings, parsed and checked without torch (config validation uses it
 before anything heavy is imported). The math is in ``rollout_is.py``, ``rollout_rs.py`` and
-``rollout_correction.py``, which re-export these names."""
+``rollout_correction.py``, which re-export these names; verl's typed ``RolloutCorrectionConfig`` (defaults from the
+YAML, read at its import) is in :mod:`hybridrl.workers.config.rollout_corr`."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ Modules, by concept (imports point down this list, never up):
     merge           union_tensor_dict / union_numpy_dict / union_two_dict, meta_info merging on concat
     auto_padding    DataProtoConfig: the switch that lets chunk/dispatch split unevenly
     serialization   pickling of the tensor batch, save_to_disk / load_from_disk
+    tensordict_conversion   a DataProto as one TensorDict and back (to_tensordict / from_tensordict)
     data_proto      DataProto, DataProtoItem, collate_fn
     padding         pad_dataproto_to_divisor / unpad_dataproto
     folding         fold_batch_dim / unfold_batch_dim
@@ -38,7 +39,12 @@ from hybridrl.protocol.rows import normalize_row_index as normalize_row_index
 from hybridrl.protocol.rows import tensor_items as tensor_items
 from hybridrl.protocol.rows import tile_rows as tile_rows
 from hybridrl.protocol.rows import unfold_or_repeat_rows as unfold_or_repeat_rows
-from hybridrl.protocol.serialization import deserialize_tensordict, serialize_tensordict
+from hybridrl.protocol.serialization import (
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    serialize_single_tensor,
+    serialize_tensordict,
+)
 
 # The ``X as X`` imports above are helpers importable from here since before the package split (not
 # verl API; new code imports them from their modules), and verl's module-level ``_padding_size_key``.
@@ -51,10 +57,12 @@ __all__ = [
     "DataProtoItem",
     "all_gather_data_proto",
     "collate_fn",
+    "deserialize_single_tensor",
     "deserialize_tensordict",
     "fold_batch_dim",
     "list_of_dict_to_dict_of_list",
     "pad_dataproto_to_divisor",
+    "serialize_single_tensor",
     "serialize_tensordict",
     "unfold_batch_dim",
     "union_numpy_dict",

@@ -26,6 +26,7 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
+from hybridrl.protocol import tensordict_conversion
 from hybridrl.protocol.auto_padding import DataProtoConfig
 from hybridrl.protocol.checks import (
     as_key_list,
@@ -372,6 +373,21 @@ class DataProto:
     def __setstate__(self, state: tuple[Any, dict[str, np.ndarray], dict[str, Any]]) -> None:
         encoded_batch, self.non_tensor_batch, self.meta_info = state
         self.batch = deserialize_tensordict(encoded_batch)
+
+    def to_tensordict(self) -> TensorDict:
+        """The DataProto as one TensorDict (``protocol/tensordict_conversion.py`` gives the layout)."""
+        return tensordict_conversion.to_tensordict(self.batch, self.non_tensor_batch, self.meta_info, len(self))
+
+    @classmethod
+    def from_tensordict(
+        cls, tensor_dict: TensorDict, meta_info: dict | None = None, num_batch_dims: int = 1
+    ) -> DataProto:
+        """A DataProto from a TensorDict laid out as :meth:`to_tensordict` makes it (``num_batch_dims``: verl's
+        argument; a DataProto has one batch dim, so only 1 builds one)."""
+        batch, non_tensor_batch, meta = tensordict_conversion.from_tensordict_parts(
+            tensor_dict, meta_info, num_batch_dims
+        )
+        return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=meta)
 
     def save_to_disk(self, filepath: str) -> None:
         """Write to ``filepath`` as safetensors + JSON (no pickle, unlike verl); see serialization.py."""

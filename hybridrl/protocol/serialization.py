@@ -32,7 +32,14 @@ logger = logging.getLogger(__name__)
 _FILE_KIND = "hybridrl_dataproto"  # the safetensors metadata key holding the JSON part
 _PICKLE_PROTO = b"\x80"  # first byte of a pickle (protocol >= 2)
 
-__all__ = ["deserialize_tensordict", "load_from_disk", "save_to_disk", "serialize_tensordict"]
+__all__ = [
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
+    "load_from_disk",
+    "save_to_disk",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+]
 
 # verl's env switch for the numpy-based batch serialization (default: torch.save bytes).
 _SERIALIZATION_ENV = "VERL_DATAPROTO_SERIALIZATION_METHOD"
@@ -40,12 +47,14 @@ _SERIALIZATION_ENV = "VERL_DATAPROTO_SERIALIZATION_METHOD"
 EncodedTensor = tuple[str, tuple[int, ...], bytes]
 
 
-def _encode_tensor(tensor: torch.Tensor) -> EncodedTensor:
+def serialize_single_tensor(tensor: torch.Tensor) -> EncodedTensor:
+    """``(dtype name, shape, raw bytes)`` of a tensor (verl's numpy-path encoding of one tensor)."""
     raw = tensor.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
     return str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), raw
 
 
-def _decode_tensor(encoded: EncodedTensor) -> torch.Tensor:
+def deserialize_single_tensor(encoded: EncodedTensor) -> torch.Tensor:
+    """Inverse of :func:`serialize_single_tensor` (a CPU tensor over a copy of the bytes)."""
     dtype_name, shape, raw = encoded
     dtype = getattr(torch, dtype_name)
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).view(shape)
@@ -60,7 +69,7 @@ def serialize_tensordict(batch: TensorDict | None) -> Any:
     if batch is None:
         return None
     if os.getenv(_SERIALIZATION_ENV) == "numpy":
-        items = {key: _encode_tensor(value) for key, value in tensor_items(batch)}
+        items = {key: serialize_single_tensor(value) for key, value in tensor_items(batch)}
         device = str(batch.device) if batch.device is not None else None
         return tuple(batch.batch_size), device, items
     if len(batch.keys()) > 0:
@@ -78,7 +87,9 @@ def deserialize_tensordict(encoded: Any) -> TensorDict | None:
     if isinstance(encoded, tuple):
         batch_size, device, items = encoded
         return TensorDict(
-            {key: _decode_tensor(value) for key, value in items.items()}, batch_size=batch_size, device=device
+            {key: deserialize_single_tensor(value) for key, value in items.items()},
+            batch_size=batch_size,
+            device=device,
         )
     map_location = None if torch.cuda.is_available() else "cpu"
     # weights_only=False: a TensorDict is not on torch's allow-list. ``encoded`` comes from __setstate__,
@@ -103,8 +114,10 @@ def save_to_disk(data: Any, filepath: str) -> None:
     try:
         save_single_file(state, filepath, _FILE_KIND)
     except UnsafeStateError as error:
-        raise ValueError(f"DataProto.save_to_disk({filepath!r}): {error}. Convert that value to plain types "
-                         "(str, numbers, lists, dicts, numpy arrays) before saving") from error
+        raise ValueError(
+            f"DataProto.save_to_disk({filepath!r}): {error}. Convert that value to plain types "
+            "(str, numbers, lists, dicts, numpy arrays) before saving"
+        ) from error
 
 
 def _looks_like_pickle(filepath: str) -> bool:

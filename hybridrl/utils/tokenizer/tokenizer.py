@@ -1,8 +1,10 @@
-"""Tokenizer loading with verl's conventions (``hf_tokenizer``): a pad token always exists."""
+"""Tokenizer loading with verl's conventions (``hf_tokenizer``: a pad token always exists), and verl 0.9's token-id
+helpers (``normalize_token_ids``, ``get_processor_token_id``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -62,3 +64,51 @@ def hf_processor(name_or_path: str, trust_remote_code: bool = False, **kwargs: A
     if processor is None or "Processor" not in type(processor).__name__:
         return None
     return processor
+
+
+def normalize_token_ids(tokenized_output: Any) -> list[int]:
+    """Token ids as a flat ``list[int]``, whatever form the tokenizer returned them in.
+
+    ``apply_chat_template(tokenize=True)`` gives a list in transformers 4 and a ``BatchEncoding`` (a mapping with
+    ``input_ids``) in transformers 5; ids may be tensors, numpy arrays or numpy scalars, and a batch of one
+    (``[[...]]``) is unwrapped.
+
+    Raises:
+        TypeError: not list-like ids (a string, a mapping without ``input_ids``, a batch of several, a non-int id).
+    """
+    ids = tokenized_output
+    if isinstance(ids, Mapping):
+        ids = ids.get("input_ids", ids)
+    elif hasattr(ids, "input_ids"):
+        ids = ids.input_ids
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if isinstance(ids, tuple):
+        ids = list(ids)
+    if isinstance(ids, list) and len(ids) == 1 and isinstance(ids[0], (list, tuple)):
+        ids = list(ids[0])  # a batch of one sequence
+    if not isinstance(ids, list):
+        raise TypeError(f"expected list-like token ids, got {type(ids).__name__}: {ids!r}")
+    flat = []
+    for token_id in ids:
+        value = token_id.item() if hasattr(token_id, "item") else token_id
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise TypeError(f"token id must be an integer, got {type(token_id).__name__}: {token_id!r}")
+        flat.append(int(value))
+    return flat
+
+
+def get_processor_token_id(processor: Any, token_name: str) -> int | None:
+    """The id of a multimodal special token (``token_name`` ``image`` / ``video``) of a processor: its
+    ``<name>_token_id``, else its ``<name>_token`` converted by its tokenizer; None when it has neither."""
+    if processor is None:
+        return None
+    token_id = getattr(processor, f"{token_name}_token_id", None)
+    if token_id is not None:
+        return int(token_id)
+    token = getattr(processor, f"{token_name}_token", None)
+    tokenizer = getattr(processor, "tokenizer", None)
+    if token is None or tokenizer is None:
+        return None
+    converted = tokenizer.convert_tokens_to_ids(token)
+    return None if converted is None else int(converted)

@@ -1,0 +1,12 @@
+"""Tokenizer loading and token-id helpers at verl 0.9's path ``verl.utils.tokenizer``; the chat-template probes
+are in :mod:`hybridrl.utils.tokenizer.chat_template`."""
+
+from hybridrl.utils.tokenizer.tokenizer import (
+    get_processor_token_id,
+    hf_processor,
+    hf_tokenizer,
+    normalize_token_ids,
+    set_pad_token_id,
+)
+
+__all__ = ["get_processor_token_id", "hf_processor", "hf_tokenizer", "normalize_token_ids", "set_pad_token_id"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 from tensordict import TensorDict
@@ -26,7 +27,13 @@ from hybridrl.trainer.ppo.core_algos import AdvantageEstimator
 from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.torch_functional import masked_mean
 
-__all__ = ["apply_kl_penalty", "compute_advantage", "compute_pf_ppo_reweight_data", "compute_response_mask"]
+__all__ = [
+    "apply_kl_penalty",
+    "compute_advantage",
+    "compute_pf_ppo_reweight_data",
+    "compute_response_mask",
+    "gdpo_reward_metrics",
+]
 
 # PF-PPO resampling weights are floored at this so a zero-weight row keeps a tiny probability (verl).
 _PF_PPO_MIN_WEIGHT = 1e-8
@@ -148,6 +155,20 @@ def _registry_kwargs(data: DataProto, adv_estimator: AdvantageEstimator | str, c
 
 def _name(adv_estimator: AdvantageEstimator | str) -> str:
     return str(adv_estimator.value) if isinstance(adv_estimator, AdvantageEstimator) else adv_estimator
+
+
+def gdpo_reward_metrics(data: DataProto, config: Any) -> dict[str, float]:
+    """verl 0.9's ``gdpo/{key}/{mean,std,max,min}`` over the batch, one set per ``algorithm.gdpo_reward_keys`` key
+    the batch holds (std: population, NumPy's default); empty unless ``algorithm.adv_estimator=gdpo``."""
+    if config is None or config.get("adv_estimator") != AdvantageEstimator.GDPO:
+        return {}
+    metrics: dict[str, float] = {}
+    for key in config.get("gdpo_reward_keys") or []:
+        if key in data.non_tensor_batch:
+            values = np.asarray(data.non_tensor_batch[key], dtype=np.float32)
+            stats = {"mean": np.mean, "std": np.std, "max": np.max, "min": np.min}
+            metrics.update({f"gdpo/{key}/{name}": float(fn(values)) for name, fn in stats.items()})
+    return metrics
 
 
 def _pf_ppo_weights(scores: torch.Tensor, reweight_method: str, weight_pow: float) -> torch.Tensor:

@@ -17,6 +17,7 @@ from hybridrl.trainer.ppo.batch_advantage import (
     compute_advantage,
     compute_pf_ppo_reweight_data,
     compute_response_mask,
+    gdpo_reward_metrics,
 )
 from hybridrl.trainer.ppo.core_algos import AdaptiveKLController, AdvantageEstimator, FixedKLController
 
@@ -220,3 +221,15 @@ def test_compute_advantage_token_baseline_inputs(estimator):
     weighted = compute_advantage(data, estimator, config=ALGO)
     expected, _ = core_algos.get_adv_estimator_fn(estimator)(*args, *inputs, data.batch["rollout_is_weights"])
     torch.testing.assert_close(weighted.batch["advantages"], expected)
+
+
+def test_gdpo_reward_metrics_per_component():
+    data = make_batch()
+    data.non_tensor_batch["acc"] = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    struct = OmegaConf.create({"adv_estimator": "gdpo", "gdpo_reward_keys": ["acc", "absent"]})
+    OmegaConf.set_struct(struct, True)
+    # acc: mean 4/6, population std sqrt(4/6 · 2/6) = 0.471405; a key the batch lacks gives nothing
+    assert gdpo_reward_metrics(data, struct) == pytest.approx(
+        {"gdpo/acc/mean": 2 / 3, "gdpo/acc/std": 0.471405, "gdpo/acc/max": 1.0, "gdpo/acc/min": 0.0}, abs=1e-6
+    )
+    assert gdpo_reward_metrics(data, ALGO) == {}  # another estimator (the shipped section: no gdpo keys)

@@ -166,8 +166,10 @@ def gdpo_reward_metrics(data: DataProto, config: Any) -> dict[str, float]:
     for key in config.get("gdpo_reward_keys") or []:
         if key in data.non_tensor_batch:
             values = np.asarray(data.non_tensor_batch[key], dtype=np.float32)
-            stats = {"mean": np.mean, "std": np.std, "max": np.max, "min": np.min}
-            metrics.update({f"gdpo/{key}/{name}": float(fn(values)) for name, fn in stats.items()})
+            metrics[f"gdpo/{key}/mean"] = float(np.mean(values))
+            metrics[f"gdpo/{key}/std"] = float(np.std(values))
+            metrics[f"gdpo/{key}/max"] = float(np.max(values))
+            metrics[f"gdpo/{key}/min"] = float(np.min(values))
     return metrics
 
 

@@ -195,3 +195,12 @@ def test_matches_loop_reference(seed, handle_zero_tail, estimator, reference):
     expected = reference(rewards, mask, index, old_log_probs, sum_pi_squared, weights, handle_zero_tail)
     torch.testing.assert_close(adv, expected, atol=1e-4, rtol=1e-4)
     assert torch.all(adv[mask == 0] == 0)
+
+
+def test_sum_pi_squared_from_logits():
+    from hybridrl.utils.torch_functional import calculate_sum_pi_squared_from_logits
+
+    # logits (0, ln 3): π = (1/4, 3/4) → Σπ² = 1/16 + 9/16 = 0.625; shifted by 1000 no overflow (exp(2000) would),
+    # only float32 rounding of logsumexp ≈ 2000 (ulp 1.2e-4 → 2e-5 here)
+    logits = torch.tensor([[0.0, math.log(3.0)], [1000.0, 1000.0 + math.log(3.0)]])
+    assert calculate_sum_pi_squared_from_logits(logits).tolist() == pytest.approx([0.625, 0.625], abs=1e-4)

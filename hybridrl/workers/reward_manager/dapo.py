@@ -34,6 +34,12 @@ def overlong_penalty(valid_response_length: int, max_resp_len: int, buffer_len: 
 _MAX_RESP_LEN_KEYS = "reward_model.reward_kwargs.max_resp_len (default data.max_response_length; verl 0.9: "
 _MAX_RESP_LEN_KEYS += "reward.reward_kwargs.max_resp_len)"
 _BUFFER_LEN_KEYS = "reward_model.overlong_buffer.len (verl 0.9: reward.reward_kwargs.overlong_buffer_cfg.len)"
+_TURN_OFF = "or turn the buffer off (reward_model.overlong_buffer.enable=False)"
+
+
+class OverlongBufferError(ValueError, AssertionError):
+    """A bad overlong-buffer setting: a ValueError naming the keys, and an AssertionError as verl 0.9's
+    ``assert`` raises there, so code that catches verl's error keeps working."""
 
 
 def check_overlong_buffer(max_resp_len: int | None, overlong_buffer_cfg: Any) -> None:
@@ -41,25 +47,26 @@ def check_overlong_buffer(max_resp_len: int | None, overlong_buffer_cfg: Any) ->
     the penalty then starts at the first token). A disabled or absent buffer needs nothing.
 
     Raises:
-        ValueError: naming the keys to change.
+        OverlongBufferError: naming the keys to change (the messages start with verl's).
     """
     if overlong_buffer_cfg is None or not overlong_buffer_cfg["enable"]:
         return
     buffer_len = overlong_buffer_cfg["len"]
     if max_resp_len is None:
-        raise ValueError(
-            f"The DAPO overlong buffer is enabled but max_resp_len is not set: set {_MAX_RESP_LEN_KEYS}, "
-            "or turn the buffer off (reward_model.overlong_buffer.enable=False)."
-        )
-    if not buffer_len > 0:
-        raise ValueError(
-            f"The DAPO overlong buffer length must be positive when the buffer is enabled, got {buffer_len}: "
-            f"set {_BUFFER_LEN_KEYS} > 0, or turn the buffer off (reward_model.overlong_buffer.enable=False)."
+        raise OverlongBufferError(
+            f"max_resp_len must be provided when the DAPO overlong buffer is enabled: set {_MAX_RESP_LEN_KEYS}, "
+            f"{_TURN_OFF}."
         )
     if max_resp_len < buffer_len:
-        raise ValueError(
-            f"max_resp_len={max_resp_len} is shorter than the DAPO overlong buffer (len={buffer_len}), so every "
-            f"response would be penalised: raise {_MAX_RESP_LEN_KEYS} or lower {_BUFFER_LEN_KEYS}."
+        raise OverlongBufferError(
+            f"max_resp_len must be larger than overlong_buffer.len (or equal), got max_resp_len={max_resp_len} < "
+            f"len={buffer_len}, so every response would be penalised: raise {_MAX_RESP_LEN_KEYS} or lower "
+            f"{_BUFFER_LEN_KEYS}."
+        )
+    if not buffer_len > 0:
+        raise OverlongBufferError(
+            f"overlong_buffer.len must be positive when the overlong penalty is enabled, got {buffer_len}: set "
+            f"{_BUFFER_LEN_KEYS} > 0, {_TURN_OFF}."
         )
 
 

@@ -22,12 +22,12 @@ def test_max_resp_len_not_demanded_without_an_enabled_buffer():
 
 
 def test_enabled_buffer_needs_max_resp_len():
-    with pytest.raises(ValueError, match=r"max_resp_len is not set.*reward_model\.reward_kwargs\.max_resp_len"):
+    with pytest.raises(ValueError, match=r"max_resp_len must be provided.*reward_model\.reward_kwargs\.max_resp_len"):
         build(None, enable=True)
 
 
 def test_max_resp_len_shorter_than_the_buffer_is_rejected():
-    with pytest.raises(ValueError, match=r"max_resp_len=3 is shorter than .*len=4.*overlong_buffer\.len"):
+    with pytest.raises(ValueError, match=r"must be larger than overlong_buffer\.len .*max_resp_len=3 < len=4.*\.len"):
         build(3, enable=True, len=4)
     # equal is accepted (verl 0.9 asserts max_resp_len >= len): the penalty starts at the first token
     manager = build(4, enable=True, len=4)
@@ -43,5 +43,6 @@ def test_enabled_buffer_needs_a_positive_length(buffer_len):
 
 def test_checks_read_omegaconf_sections_as_the_trainer_passes_them():
     cfg = OmegaConf.create({"enable": True, "len": 16, "penalty_factor": 1.0, "log": False})
-    with pytest.raises(ValueError, match="shorter than"):
+    # verl 0.9 raises AssertionError here: the error is both, so code catching verl's keeps working
+    with pytest.raises(AssertionError, match="must be larger"):
         DAPORewardManager(None, 0, max_resp_len=8, overlong_buffer_cfg=cfg)

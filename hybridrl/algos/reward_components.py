@@ -31,7 +31,7 @@ def gdpo_reward_components(
     if not keys:
         raise ValueError(
             "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the keys of the reward components your "
-            "compute_score returns in its dict, e.g. +algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'."
+            "compute_score returns in its dict, e.g. algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'."
         )
     missing = [key for key in keys if key not in non_tensor_batch]
     if missing:

@@ -65,7 +65,7 @@ def _check_estimator_inputs(config: DictConfig, estimator: object, problems: lis
                 "algorithm.gdpo_reward_keys",
                 "gdpo normalises each reward component on its own and needs their names (the keys of the dict your "
                 "compute_score returns).",
-                "add +algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]' (your keys).",
+                "set algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]' (your keys).",
             )
         )
     key = f"{ACTOR}.calculate_sum_pi_squared"

@@ -111,7 +111,7 @@ def tiny_model(work: Path) -> str:
 ESTIMATOR_OVERRIDES = {
     "grpo_vectorized": ["algorithm.adv_estimator=grpo_vectorized"],
     "rloo_vectorized": ["algorithm.adv_estimator=rloo_vectorized"],
-    "gdpo": ["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[score,acc]"],
+    "gdpo": ["algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[score,acc]"],
 }
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from config_testlib import compose_section
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from hybridrl.trainer.ppo import core_algos
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_adv_estimator_fn
@@ -25,11 +25,10 @@ def algorithm_section() -> DictConfig:
 
 
 def gdpo_config(keys, weights=None) -> DictConfig:
-    """The shipped ``algorithm`` section plus the keys a user adds with ``+algorithm.gdpo_reward_*=...``."""
+    """The shipped ``algorithm`` section with ``gdpo_reward_keys`` / ``gdpo_reward_weights`` set."""
     config = algorithm_section().copy()
-    with open_dict(config):
-        config.gdpo_reward_keys = list(keys)
-        config.gdpo_reward_weights = None if weights is None else list(weights)
+    config.gdpo_reward_keys = list(keys)
+    config.gdpo_reward_weights = None if weights is None else list(weights)
     return config
 
 

@@ -28,9 +28,10 @@ def test_every_registered_estimator_name_passes_the_name_check():
 def test_gdpo_needs_its_reward_keys(cpu_overrides):
     problems = _problems(cpu_overrides, "algorithm.adv_estimator=gdpo")
     assert [p.key for p in problems] == ["algorithm.gdpo_reward_keys"]
-    assert "+algorithm.gdpo_reward_keys=" in problems[0].fix
-    keyed = _problems(cpu_overrides, "algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,fmt]")
-    assert keyed == []
+    assert "algorithm.gdpo_reward_keys='[" in problems[0].fix
+    # verl 0.9's example scripts add the key (+algorithm...): the same as setting the shipped one
+    for override in ("+algorithm.gdpo_reward_keys=[acc,fmt]", "algorithm.gdpo_reward_keys=[acc,fmt]"):
+        assert _problems(cpu_overrides, "algorithm.adv_estimator=gdpo", override) == []
 
 
 @pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])

@@ -1,11 +1,12 @@
-"""Advantage estimators as pure, vectorised tensor functions (numerics of verl v0.5.0).
+"""Advantage estimators as pure, vectorised tensor functions (numerics of verl v0.9.0).
 
 Every function is tensors in, tensors out: no config objects, no Python loop over samples. Group
-statistics (GRPO, RLOO, OPO, GPG, REINFORCE++-baseline) are computed with ``index_add_`` /
+statistics (GRPO, GDPO, RLOO, OPO, GPG, REINFORCE++-baseline) are computed with ``index_add_`` /
 ``scatter_reduce_`` over dense group ids obtained from the ``uid`` labels. The recursive estimators
 (GAE, REINFORCE++) scan over the time axis only, vectorised over the batch. The verl-signature
 entry points (which take ``config`` and ``**kwargs``) and the ``ADV_ESTIMATOR_REGISTRY`` live in
-``hybridrl.trainer.ppo.core_algos``.
+``hybridrl.trainer.ppo.core_algos``; the optimal-token-baseline family is in
+``hybridrl.algos.token_baseline``.
 
 Papers → deviation from the paper:
     GAE             Schulman et al. 2015, arXiv 1506.02438 → masked tokens are skipped in the
@@ -15,9 +16,13 @@ Papers → deviation from the paper:
                     ``norm_adv_by_std_in_grpo=False`` is Dr.GRPO (Liu et al. 2025, arXiv 2503.20783).
     GRPO pass@k     Chen et al. 2025, arXiv 2503.19595 → only the best response of each group gets
                     r_max − r_2nd (÷ σ + ε when normalising); needs ≥ 2 responses per prompt.
-    RLOO            Ahmadian et al. 2024, arXiv 2402.14740 → a lone response keeps its raw score.
-    REINFORCE++     Hu 2025, arXiv 2501.03262 → returns whitened over the batch; the baseline
-                    variant subtracts the group mean first.
+    GDPO            arXiv 2601.05242 → each reward component GRPO-normalised in its group,
+                    weighted sum, then whitened over the batch's valid tokens.
+    RLOO            Ahmadian et al. 2024, arXiv 2402.14740 → a lone response keeps its raw score
+                    (``rloo``) or gets 0 (``rloo_vectorized``).
+    REINFORCE++     Hu 2025, arXiv 2501.03262 → returns whitened over the batch; masked tokens
+                    (tool observations) are skipped, the return carried across them undiscounted.
+                    The baseline variant subtracts the group mean first.
     ReMax           Li et al. 2023, arXiv 2310.10505 → baseline = reward of the greedy response.
     OPO             Hao et al. 2025, arXiv 2505.23585 → length-weighted group-mean baseline.
     GPG             Chu et al. 2025, arXiv 2504.02546 → α = B / #nonzero scores, f_norm = 1
@@ -28,6 +33,7 @@ Notation:
     r_{i,t}: token-level reward, m_{i,t}: response mask (1 = generated token), V_{i,t}: critic value.
     s_i = Σ_t r_{i,t}: outcome score of response i; g(i): the group (prompt) of response i.
     n_g, μ_g, σ_g: size, mean and unbiased (Bessel) std of the scores in group g.
+    c_{i,k}, w_k: reward component k of response i and its weight (GDPO).
     γ (gamma): discount, λ (lam): GAE mixing.
 """
 
@@ -45,6 +51,7 @@ __all__ = [
     "GROUP_STD_EPSILON",
     "GroupIndex",
     "compute_gae_advantage_return",
+    "gdpo_outcome_advantage",
     "gpg_outcome_advantage",
     "group_ids_from_index",
     "group_mean_std",
@@ -173,23 +180,30 @@ def compute_gae_advantage_return(
 def reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ (Hu 2025): discounted return-to-go, whitened over the batch's valid tokens.
+    """REINFORCE++ (Hu 2025): discounted return-to-go over the generated tokens, whitened over the batch.
+
+    Masked tokens (m = 0: tool observations inside a multi-turn response, padding after it) are
+    skipped, as GAE skips them: the running return crosses them unchanged and undiscounted, and
+    their own return is 0. So every assistant turn before a tool call sees the outcome reward that
+    sits on the last generated token (verl 0.9; verl 0.5 reset the return at every masked token,
+    which left the earlier turns with a return of 0). A reward placed on a masked token is dropped.
 
     Args:
-        token_level_rewards: ``[B, T]``. response_mask: ``[B, T]``. gamma: γ.
+        token_level_rewards: ``[B, T]`` r_{i,t}. response_mask: ``[B, T]`` m_{i,t}. gamma: γ.
 
     Returns:
-        advantages ``[B, T]`` = whiten(G)·m, returns ``[B, T]`` = G.
+        advantages ``[B, T]`` = whiten(G)·m, returns ``[B, T]`` = G (0 at masked tokens).
     """
     with torch.no_grad():
         returns = torch.zeros_like(token_level_rewards)
         running = torch.zeros_like(token_level_rewards[:, 0])
         for t in reversed(range(token_level_rewards.shape[-1])):
-            # G_t = r_t + γ G_{t+1}
-            running = token_level_rewards[:, t] + gamma * running
-            returns[:, t] = running
-            # reset after EOS: tokens past the response do not feed the return of earlier ones
-            running = running * response_mask[:, t]
+            mask_t = response_mask[:, t]
+            # G_t = r_t + γ G_{t'}, with t' the next generated token after t
+            candidate = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = candidate * mask_t
+            # at a masked token keep the carried G_{t'} as it is
+            running = candidate * mask_t + running * (1 - mask_t)
         advantages = verl_F.masked_whiten(returns, response_mask) * response_mask
     return advantages, returns
 
@@ -216,6 +230,15 @@ def remax_outcome_advantage(
 # ---------------------------------------------------------------------------
 
 
+def _grpo_scalars(
+    scores: torch.Tensor, index: GroupIndex, epsilon: float, norm_adv_by_std_in_grpo: bool
+) -> torch.Tensor:
+    """a_i = (s_i − μ_g) / (σ_g + ε), or s_i − μ_g: scores ``[B]`` → ``[B]``."""
+    _, mean, std = group_mean_std(scores, index)
+    centred = scores - mean
+    return centred / (std + epsilon) if norm_adv_by_std_in_grpo else centred
+
+
 def grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -236,10 +259,43 @@ def grpo_outcome_advantage(
     """
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        _, mean, std = group_mean_std(scores, index)
-        centred = scores - mean
-        per_sequence = centred / (std + epsilon) if norm_adv_by_std_in_grpo else centred
+        per_sequence = _grpo_scalars(scores, index, epsilon, norm_adv_by_std_in_grpo)
         advantages = _broadcast_over_tokens(per_sequence, response_mask)
+    return advantages, advantages.clone()
+
+
+def gdpo_outcome_advantage(
+    reward_components: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIndex,
+    component_weights: torch.Tensor | None = None,
+    epsilon: float = GROUP_STD_EPSILON,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO (arXiv 2601.05242): GRPO-normalise each reward component in its group, then sum and whiten.
+
+    A_{i,k} = (c_{i,k} − μ_{g,k}) / (σ_{g,k} + ε)   (each component k on its own, GRPO's singleton rule)
+    A_i     = Σ_k w_k A_{i,k}                        (w_k = 1 by default)
+    A       = whiten(A_i·m)·m                        (over the batch's valid tokens)
+
+    Args:
+        reward_components: ``[B, K]`` c_{i,k}, one column per reward component.
+        response_mask: ``[B, T]``. index: ``[B]`` uid per response.
+        component_weights: ``[K]`` w_k, or None for equal weights.
+        epsilon: ε. norm_adv_by_std_in_grpo: divide each component by σ_{g,k}.
+
+    Returns:
+        advantages ``[B, T]``, returns ``[B, T]`` (equal).
+    """
+    with torch.no_grad():
+        per_component = torch.stack(
+            [_grpo_scalars(c, index, epsilon, norm_adv_by_std_in_grpo) for c in reward_components.unbind(-1)], dim=-1
+        )
+        if component_weights is None:
+            component_weights = torch.ones(reward_components.shape[-1], dtype=torch.float32)
+        weighted = (per_component * component_weights.to(per_component.device)).sum(dim=-1)
+        summed = _broadcast_over_tokens(weighted, response_mask)
+        advantages = verl_F.masked_whiten(summed, response_mask) * response_mask
     return advantages, advantages.clone()
 
 
@@ -294,11 +350,16 @@ def grpo_passk_outcome_advantage(
 
 
 def rloo_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: GroupIndex
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIndex,
+    lone_response_keeps_score: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024): A_i = s_i − mean of the other responses of the prompt.
 
-    Computed as n/(n−1)·s_i − n/(n−1)·μ_g (verl's order of operations); a singleton keeps s_i.
+    Computed as n/(n−1)·s_i − n/(n−1)·μ_g (verl's order of operations). A lone response has no
+    other to compare with: it keeps s_i (verl's ``rloo``) or gets 0 (``lone_response_keeps_score=False``,
+    verl's ``rloo_vectorized``).
 
     Returns:
         advantages ``[B, T]``, returns ``[B, T]`` (equal).
@@ -307,7 +368,8 @@ def rloo_outcome_advantage(
         scores = token_level_rewards.sum(dim=-1)
         count, mean, _ = group_mean_std(scores, index)
         leave_one_out = scores * count / (count - 1) - mean * count / (count - 1)
-        per_sequence = torch.where(count > 1, leave_one_out, scores)
+        lone = scores if lone_response_keeps_score else torch.zeros_like(scores)
+        per_sequence = torch.where(count > 1, leave_one_out, lone)
         advantages = _broadcast_over_tokens(per_sequence, response_mask)
     return advantages, advantages.clone()
 

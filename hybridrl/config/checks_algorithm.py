@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from hybridrl.config.access import ACTOR, ROLLOUT, get
 from hybridrl.config.errors import ConfigProblem, warn_once
 
-# verl 0.5's names (core_algos registries own the implementations; this list only catches typos early).
+# verl 0.9's names (core_algos registries own the implementations; this list only catches typos early).
 ADV_ESTIMATORS = (
     "gae",
     "grpo",
@@ -20,7 +20,14 @@ ADV_ESTIMATORS = (
     "opo",
     "grpo_passk",
     "gpg",
+    "rloo_vectorized",
+    "grpo_vectorized",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+    "gdpo",
 )
+# Estimators that read Σπ² per token from the actor's log-prob pass.
+SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 KL_CTRL_TYPES = ("fixed", "adaptive")
@@ -39,6 +46,7 @@ def check_algorithm(config: DictConfig, use_reference_policy: bool, use_critic: 
                 "set critic.enable=True (or null), or pick a critic-free estimator, e.g. algorithm.adv_estimator=grpo.",
             )
         )
+    _check_estimator_inputs(config, estimator, problems)
     _check_choice(f"{ACTOR}.loss_agg_mode", get(config, f"{ACTOR}.loss_agg_mode"), LOSS_AGG_MODES, problems)
     if use_critic:
         _check_choice("critic.loss_agg_mode", get(config, "critic.loss_agg_mode"), LOSS_AGG_MODES, problems)
@@ -47,6 +55,28 @@ def check_algorithm(config: DictConfig, use_reference_policy: bool, use_critic: 
     _check_skip_old_log_prob(config, problems)
     _check_dual_clip(config, problems)
     return problems
+
+
+def _check_estimator_inputs(config: DictConfig, estimator: object, problems: list[ConfigProblem]) -> None:
+    """Inputs an estimator reads beyond the rewards: GDPO's component keys, OTB's Σπ² from the actor."""
+    if estimator == "gdpo" and not get(config, "algorithm.gdpo_reward_keys"):
+        problems.append(
+            ConfigProblem(
+                "algorithm.gdpo_reward_keys",
+                "gdpo normalises each reward component on its own and needs their names (the keys of the dict your "
+                "compute_score returns).",
+                "set algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]' (your keys).",
+            )
+        )
+    key = f"{ACTOR}.calculate_sum_pi_squared"
+    if estimator in SUM_PI_SQUARED_ESTIMATORS and not get(config, key):
+        problems.append(
+            ConfigProblem(
+                key,
+                f"{estimator} weighs returns by Σπ² per token, which the actor computes only with {key}=True.",
+                f"set {key}=True.",
+            )
+        )
 
 
 def _check_dual_clip(config: DictConfig, problems: list[ConfigProblem]) -> None:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "calculate_sum_pi_squared_from_logits",
     "clip_by_value",
     "compute_position_id_with_mask",
     "entropy_from_logits",
@@ -187,6 +188,14 @@ def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 20
     for start in range(0, flat.shape[0], chunk_size):
         entropy[start : start + chunk_size] = entropy_from_logits(flat[start : start + chunk_size].float())
     return entropy.view(lead_shape)
+
+
+def calculate_sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Σ_v π(v)² of ``softmax(logits)`` (the optimal token baseline's variance proxy): ``[..., V]`` → ``[...]``.
+
+    In log space, Σ_v π(v)² = exp(logsumexp(2x) − 2·logsumexp(x)), so large logits do not overflow.
+    """
+    return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))
 
 
 def log_probs_from_logits_response(input_ids: torch.Tensor, logits: torch.Tensor, response_length: int) -> torch.Tensor:

@@ -9,6 +9,9 @@ margins the CI tests asserted before they were cut to smoke runs:
       (drgrpo, rloo,           64 one-digit additions, the digit-share         and sampled training reward +0.025
       reinforce_pp[_baseline],  reward (the CI smoke's recipe checks apply     (mean of steps 1–3 → 13–15)
       gspo, gpg, pf_ppo)        to all 15 steps too)
+    estimator:<name>         the rloo recipe with verl 0.9's estimator <name>  as the recipes (no recipe checks)
+      (grpo_vectorized,        swapped in (gdpo: the digit reward's score and
+      rloo_vectorized, gdpo)   acc components)
     tiny_pipeline:grpo       examples/tiny_pipeline, seed 1: 150 SFT steps,   SFT leaves 0.15–0.7 accuracy;
                              then 25 GRPO steps                               accuracy +0.1 after GRPO
     tiny_pipeline:remax      the same SFT export, 25 ReMax steps              accuracy +0.1; training score +0.1
@@ -23,6 +26,7 @@ margins the CI tests asserted before they were cut to smoke runs:
 
     python scripts/bench/bench_learning.py                              # every run (~40 min on 2 quiet cores)
     python scripts/bench/bench_learning.py --runs recipes --out learning.json
+    python scripts/bench/bench_learning.py --runs estimators
     python scripts/bench/bench_learning.py --runs recipe:gspo,tiny_pipeline:remax
 
 Prints one JSON object ({"runs": [...]}, each run's figures, margins, ``learned`` and wall seconds) and exits 1 when
@@ -101,8 +105,25 @@ def tiny_model(work: Path) -> str:
     return str(out if (out / "config.json").is_file() else build_tiny_model(out))
 
 
-def run_recipe(name: str, work: Path) -> dict[str, Any]:
-    script, check_recipe = RECIPES[name]
+# verl 0.9's estimators, on the RLOO recipe's script (critic-free, rollout.n=4, KL in the reward) with the estimator
+# swapped; the recipes' margins. gdpo normalises the digit reward's two components (score, acc) one by one. The
+# optimal-token-baseline pair waits for the actor's Σπ² (actor_rollout_ref.actor.calculate_sum_pi_squared).
+ESTIMATOR_OVERRIDES = {
+    "grpo_vectorized": ["algorithm.adv_estimator=grpo_vectorized"],
+    "rloo_vectorized": ["algorithm.adv_estimator=rloo_vectorized"],
+    "gdpo": ["algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[score,acc]"],
+}
+
+
+def run_estimator(name: str, work: Path) -> dict[str, Any]:
+    script, _ = RECIPES["rloo"]
+    return run_recipe(f"estimator_{name}", work, (script, lambda steps, vocab_size: None), ESTIMATOR_OVERRIDES[name])
+
+
+def run_recipe(
+    name: str, work: Path, script_and_check: tuple[str, Callable] | None = None, overrides: list[str] = ()
+) -> dict[str, Any]:
+    script, check_recipe = script_and_check or RECIPES[name]
     model_dir = tiny_model(work)
     run_dir = work / f"recipe_{name}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -114,6 +135,7 @@ def run_recipe(name: str, work: Path) -> dict[str, Any]:
         f"trainer.total_training_steps={RECIPE_STEPS}",
         "trainer.test_freq=5",
         *SEEDED,
+        *overrides,
         timeout=3600,
     )
     if proc.returncode != 0:
@@ -314,17 +336,18 @@ def run_lora_grpo(work: Path) -> dict[str, Any]:
 
 RUNS: dict[str, Callable[[Path], dict[str, Any]]] = {
     **{f"recipe:{name}": (lambda work, name=name: run_recipe(name, work)) for name in RECIPES},
+    **{f"estimator:{name}": (lambda work, name=name: run_estimator(name, work)) for name in ESTIMATOR_OVERRIDES},
     "tiny_pipeline:grpo": lambda work: run_tiny_pipeline("grpo", work),
     "tiny_pipeline:remax": lambda work: run_tiny_pipeline("remax", work),
     "rollout_correction": run_rollout_correction,
     "online_dpo": run_online_dpo,
     "lora_grpo": run_lora_grpo,
 }
-GROUPS = {"recipes": "recipe:", "tiny_pipeline": "tiny_pipeline:"}
+GROUPS = {"recipes": "recipe:", "estimators": "estimator:", "tiny_pipeline": "tiny_pipeline:"}
 
 
 def select_runs(spec: str) -> list[str]:
-    """``all``, group names (``recipes``, ``tiny_pipeline``) and run names, comma-separated, in RUNS order."""
+    """``all``, group names (``recipes``, ``estimators``, ``tiny_pipeline``) and run names, comma-separated, in RUNS order."""
     wanted = set()
     for item in filter(None, (part.strip() for part in spec.split(","))):
         if item == "all":

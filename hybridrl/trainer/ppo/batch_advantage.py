@@ -5,7 +5,9 @@ works as in verl 0.5. They read and write batch keys; the math is in ``core_algo
 
 Batch keys (B responses, R max response length):
     reads  ``responses`` [B, R], ``attention_mask`` [B, P+R], ``token_level_scores`` / ``token_level_rewards`` [B, R],
-           ``old_log_probs``, ``ref_log_prob``, ``values`` [B, R], ``reward_baselines`` [B], ``non_tensor_batch["uid"]``
+           ``old_log_probs``, ``ref_log_prob``, ``values`` [B, R], ``reward_baselines`` [B], ``non_tensor_batch["uid"]``;
+           by estimator: ``sum_pi_squared``, ``rollout_is_weights`` [B, R] (optimal token baseline),
+           ``non_tensor_batch[key]`` [B] for each of ``algorithm.gdpo_reward_keys`` (gdpo)
     writes ``response_mask``, ``token_level_rewards``, ``advantages``, ``returns`` [B, R]
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 from tensordict import TensorDict
@@ -24,7 +27,13 @@ from hybridrl.trainer.ppo.core_algos import AdvantageEstimator
 from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.torch_functional import masked_mean
 
-__all__ = ["apply_kl_penalty", "compute_advantage", "compute_pf_ppo_reweight_data", "compute_response_mask"]
+__all__ = [
+    "apply_kl_penalty",
+    "compute_advantage",
+    "compute_pf_ppo_reweight_data",
+    "compute_response_mask",
+    "gdpo_reward_metrics",
+]
 
 # PF-PPO resampling weights are floored at this so a zero-weight row keeps a tiny probability (verl).
 _PF_PPO_MIN_WEIGHT = 1e-8
@@ -78,9 +87,10 @@ def compute_advantage(
     """Write ``advantages`` and ``returns`` (both ``[B, R]``) with the chosen estimator.
 
     GAE and GRPO are called with their explicit arguments (γ, λ / ``norm_adv_by_std_in_grpo``); every
-    other estimator goes through the registry with ``token_level_rewards``, ``response_mask``,
-    ``config`` (the ``algorithm`` section), plus ``index`` (uid) and ``reward_baselines`` when present.
-    ``num_repeat`` is accepted for verl compatibility and unused, as in verl 0.5.
+    other estimator goes through the registry with :func:`_registry_kwargs` (verl 0.9's inputs).
+    ``grpo_vectorized`` is GRPO under another name and honours ``norm_adv_by_std_in_grpo`` as ``grpo``
+    does (verl 0.9 passes it only the config, which its vectorised GRPO does not read, so Dr.GRPO there
+    silently divides by σ). ``num_repeat`` is accepted for verl compatibility and unused, as in verl.
     """
     batch = _tensors(data)
     if "response_mask" not in batch.keys():
@@ -88,16 +98,12 @@ def compute_advantage(
     rewards, mask = batch["token_level_rewards"], batch["response_mask"]
     if adv_estimator == AdvantageEstimator.GAE:
         advantages, returns = core_algos.compute_gae_advantage_return(rewards, batch["values"], mask, gamma, lam)
-    elif adv_estimator == AdvantageEstimator.GRPO:
+    elif adv_estimator in (AdvantageEstimator.GRPO, AdvantageEstimator.GRPO_VECTORIZED):
         advantages, returns = core_algos.compute_grpo_outcome_advantage(
             rewards, mask, data.non_tensor_batch["uid"], norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo
         )
     else:
-        kwargs: dict[str, Any] = {"token_level_rewards": rewards, "response_mask": mask, "config": config}
-        if "uid" in data.non_tensor_batch:
-            kwargs["index"] = data.non_tensor_batch["uid"]
-        if "reward_baselines" in batch.keys():
-            kwargs["reward_baselines"] = batch["reward_baselines"]
+        kwargs = _registry_kwargs(data, adv_estimator, config)
         advantages, returns = core_algos.get_adv_estimator_fn(adv_estimator)(**kwargs)
     batch["advantages"] = advantages
     batch["returns"] = returns
@@ -107,6 +113,64 @@ def compute_advantage(
         if algorithm.use_pf_ppo:
             data = compute_pf_ppo_reweight_data(data, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
     return data
+
+
+_TOKEN_BASELINE_ESTIMATORS = (AdvantageEstimator.OPTIMAL_TOKEN_BASELINE, AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+
+
+def _registry_kwargs(data: DataProto, adv_estimator: AdvantageEstimator | str, config: Any) -> dict[str, Any]:
+    """The keyword arguments verl 0.9's ``compute_advantage`` gives a registered estimator.
+
+    Always ``token_level_rewards``, ``response_mask``, ``config`` (the ``algorithm`` section); ``index`` (uid) and
+    ``reward_baselines`` when present; for ``gdpo`` the batch itself (``non_tensor_batch``, ``batch``: its reward
+    components are columns of the batch); for the optimal-token-baseline family ``sum_pi_squared``,
+    ``old_log_probs`` and ``rollout_is_weights`` (None without rollout correction).
+    """
+    batch = _tensors(data)
+    kwargs: dict[str, Any] = {
+        "token_level_rewards": batch["token_level_rewards"],
+        "response_mask": batch["response_mask"],
+        "config": config,
+    }
+    if "uid" in data.non_tensor_batch:
+        kwargs["index"] = data.non_tensor_batch["uid"]
+    if "reward_baselines" in batch.keys():
+        kwargs["reward_baselines"] = batch["reward_baselines"]
+    if adv_estimator == AdvantageEstimator.GDPO:
+        kwargs["non_tensor_batch"] = data.non_tensor_batch
+        kwargs["batch"] = batch
+    if adv_estimator in _TOKEN_BASELINE_ESTIMATORS:
+        missing = [key for key in ("sum_pi_squared", "old_log_probs") if key not in batch.keys()]
+        if missing:
+            raise ValueError(
+                f"algorithm.adv_estimator={_name(adv_estimator)} needs {missing} in the batch: the actor's "
+                "log-prob pass writes old_log_probs, and sum_pi_squared (Σπ² per token) only with "
+                "actor_rollout_ref.actor.calculate_sum_pi_squared=True."
+            )
+        kwargs["sum_pi_squared"] = batch["sum_pi_squared"]
+        kwargs["old_log_probs"] = batch["old_log_probs"]
+        kwargs["rollout_is_weights"] = batch.get("rollout_is_weights", None)
+    return kwargs
+
+
+def _name(adv_estimator: AdvantageEstimator | str) -> str:
+    return str(adv_estimator.value) if isinstance(adv_estimator, AdvantageEstimator) else adv_estimator
+
+
+def gdpo_reward_metrics(data: DataProto, config: Any) -> dict[str, float]:
+    """verl 0.9's ``gdpo/{key}/{mean,std,max,min}`` over the batch, one set per ``algorithm.gdpo_reward_keys`` key
+    the batch holds (std: population, NumPy's default); empty unless ``algorithm.adv_estimator=gdpo``."""
+    if config is None or config.get("adv_estimator") != AdvantageEstimator.GDPO:
+        return {}
+    metrics: dict[str, float] = {}
+    for key in config.get("gdpo_reward_keys") or []:
+        if key in data.non_tensor_batch:
+            values = np.asarray(data.non_tensor_batch[key], dtype=np.float32)
+            metrics[f"gdpo/{key}/mean"] = float(np.mean(values))
+            metrics[f"gdpo/{key}/std"] = float(np.std(values))
+            metrics[f"gdpo/{key}/max"] = float(np.max(values))
+            metrics[f"gdpo/{key}/min"] = float(np.min(values))
+    return metrics
 
 
 def _pf_ppo_weights(scores: torch.Tensor, reweight_method: str, weight_pow: float) -> torch.Tensor:

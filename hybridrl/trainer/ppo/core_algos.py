@@ -48,6 +48,12 @@ from hybridrl.algos.policy_loss_modes import (
     mark_builtin_adapter,
 )
 from hybridrl.algos.policy_losses import ppo_clip_loss
+from hybridrl.algos.reward_components import gdpo_reward_components
+from hybridrl.algos.token_baseline import (
+    OTB_EPSILON,
+    optimal_token_baseline_advantage,
+    tir_optimal_token_baseline_advantage,
+)
 from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.utils import torch_functional as verl_F
 
@@ -63,10 +69,14 @@ __all__ = [
     "compute_dpo_loss",
     "compute_entropy_loss",
     "compute_gae_advantage_return",
+    "compute_gdpo_outcome_advantage",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
     "compute_opo_outcome_advantage",
+    "compute_optimal_token_baseline_advantage",
     "compute_policy_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
@@ -80,6 +90,7 @@ __all__ = [
     "compute_remax_outcome_advantage",
     "compute_rewards",
     "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
     "compute_value_loss",
     "get_adv_estimator_fn",
     "get_dpo_loss_fn",
@@ -113,6 +124,11 @@ class AdvantageEstimator(str, Enum):
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
+    GDPO = "gdpo"
 
 
 def _name_of(name_or_enum: str | Enum) -> str:
@@ -191,6 +207,37 @@ def compute_grpo_outcome_advantage(
     return adv.grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo)
 
 
+# verl 0.9's loop-free GRPO is the same math as ``grpo`` here (every estimator is vectorised): one function, two names.
+compute_grpo_vectorized_outcome_advantage = register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)(
+    compute_grpo_outcome_advantage
+)
+
+
+@register_adv_est(AdvantageEstimator.GDPO)
+def compute_gdpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIndex,
+    epsilon: float = adv.GROUP_STD_EPSILON,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    non_tensor_batch: Any = None,
+    batch: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO (``advantages.gdpo_outcome_advantage``) over the components ``algorithm.gdpo_reward_keys`` names.
+
+    The components are ``non_tensor_batch[key]`` ``[B]`` (what ``compute_score`` returned in its dict) and
+    weighted by ``algorithm.gdpo_reward_weights``. As in verl, without ``config``, ``non_tensor_batch`` and
+    ``batch`` the sequence score Σ_t r_t is the one component (then GDPO = whitened GRPO).
+    """
+    components: torch.Tensor = token_level_rewards.sum(dim=-1, keepdim=True)
+    weights = None
+    if config is not None and non_tensor_batch is not None and batch is not None:
+        components, weights = gdpo_reward_components(config, non_tensor_batch, token_level_rewards.device)
+    return adv.gdpo_outcome_advantage(components, response_mask, index, weights, epsilon, norm_adv_by_std_in_grpo)
+
+
 @register_adv_est(AdvantageEstimator.GRPO_PASSK)
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
@@ -212,6 +259,14 @@ def compute_rloo_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO leave-one-out baseline (``advantages.rloo_outcome_advantage``)."""
     return adv.rloo_outcome_advantage(token_level_rewards, response_mask, index)
+
+
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
+def compute_rloo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: GroupIndex, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl 0.9's loop-free RLOO: as ``rloo``, except that a lone response gets advantage 0, not its score."""
+    return adv.rloo_outcome_advantage(token_level_rewards, response_mask, index, lone_response_keeps_score=False)
 
 
 @register_adv_est(AdvantageEstimator.OPO)
@@ -259,6 +314,57 @@ def compute_remax_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax: return-to-go minus the greedy baseline ``reward_baselines`` ``[B]``."""
     return adv.remax_outcome_advantage(token_level_rewards, reward_baselines, response_mask)
+
+
+@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
+def compute_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIndex,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = OTB_EPSILON,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Optimal token baseline per response position (``token_baseline.optimal_token_baseline_advantage``)."""
+    return optimal_token_baseline_advantage(
+        token_level_rewards,
+        response_mask,
+        index,
+        old_log_probs,
+        sum_pi_squared,
+        rollout_is_weights,
+        handle_zero_tail,
+        epsilon,
+    )
+
+
+@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+def compute_multi_turn_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIndex,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = OTB_EPSILON,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Optimal token baseline per generated-token rank, for multi-turn responses
+    (``token_baseline.tir_optimal_token_baseline_advantage``)."""
+    return tir_optimal_token_baseline_advantage(
+        token_level_rewards,
+        response_mask,
+        index,
+        old_log_probs,
+        sum_pi_squared,
+        rollout_is_weights,
+        handle_zero_tail,
+        epsilon,
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -42,7 +42,12 @@ from hybridrl.algos.rollout_correction import (
 )
 from hybridrl.protocol import DataProto
 from hybridrl.protocol.keys import ROLLOUT_ROW_KEY
-from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advantage, compute_response_mask
+from hybridrl.trainer.ppo.batch_advantage import (
+    apply_kl_penalty,
+    compute_advantage,
+    compute_response_mask,
+    gdpo_reward_metrics,
+)
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from hybridrl.trainer.ppo.protocols import (
     ActorRolloutGroup,
@@ -355,6 +360,7 @@ def advantage(
                 batch, adv_estimator=algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
                 num_repeat=settings.rollout_n, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, config=algo,
             )
+        metrics.update(gdpo_reward_metrics(batch, algo))
     return batch, metrics
 
 

@@ -7,13 +7,13 @@ f = ``overlong_buffer_cfg.penalty_factor``. With the buffer enabled::
     penalty      = min(-(L - expected_len) / B * f, 0)        (0 below expected_len, -f at L = L_max)
     reward       = score + penalty
 
-With ``overlong_buffer_cfg.log`` the extras ``overlong_reward`` and ``overlong`` are recorded.
+With ``overlong_buffer_cfg.log`` the extras ``overlong_reward`` and ``overlong`` are recorded. An enabled
+buffer needs L_max >= B > 0 (checked when the manager is built, as verl 0.9); a disabled one needs no L_max.
 Non-dict scores are also recorded as ``acc``. A trailing eos string is stripped before scoring.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -27,13 +27,47 @@ from hybridrl.workers.reward_manager.registry import register
 def overlong_penalty(valid_response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
     """``min(-(L - (L_max - B)) / B * f, 0)``; e.g. L=90, L_max=100, B=20, f=1 → -(90-80)/20 = -0.5."""
     expected_len = max_resp_len - buffer_len
-    if expected_len < 0:
-        warnings.warn(
-            f"overlong buffer len ({buffer_len}) > max_resp_len ({max_resp_len}): every response is penalised; "
-            "reduce reward_model.overlong_buffer.len or raise data.max_response_length",
-            stacklevel=2,
-        )
     return min(-(valid_response_length - expected_len) / buffer_len * penalty_factor, 0.0)
+
+
+# Where users set the two lengths: hybridrl's keys, then verl 0.9's (its ``reward`` tree).
+_MAX_RESP_LEN_KEYS = "reward_model.reward_kwargs.max_resp_len (default data.max_response_length; verl 0.9: "
+_MAX_RESP_LEN_KEYS += "reward.reward_kwargs.max_resp_len)"
+_BUFFER_LEN_KEYS = "reward_model.overlong_buffer.len (verl 0.9: reward.reward_kwargs.overlong_buffer_cfg.len)"
+_TURN_OFF = "or turn the buffer off (reward_model.overlong_buffer.enable=False)"
+
+
+class OverlongBufferError(ValueError, AssertionError):
+    """A bad overlong-buffer setting: a ValueError naming the keys, and an AssertionError as verl 0.9's
+    ``assert`` raises there, so code that catches verl's error keeps working."""
+
+
+def check_overlong_buffer(max_resp_len: int | None, overlong_buffer_cfg: Any) -> None:
+    """verl 0.9's checks of an enabled buffer: a length budget L_max, B > 0 and L_max >= B (B = L_max is allowed:
+    the penalty then starts at the first token). A disabled or absent buffer needs nothing.
+
+    Raises:
+        OverlongBufferError: naming the keys to change (the messages start with verl's).
+    """
+    if overlong_buffer_cfg is None or not overlong_buffer_cfg["enable"]:
+        return
+    buffer_len = overlong_buffer_cfg["len"]
+    if max_resp_len is None:
+        raise OverlongBufferError(
+            f"max_resp_len must be provided when the DAPO overlong buffer is enabled: set {_MAX_RESP_LEN_KEYS}, "
+            f"{_TURN_OFF}."
+        )
+    if max_resp_len < buffer_len:
+        raise OverlongBufferError(
+            f"max_resp_len must be larger than overlong_buffer.len (or equal), got max_resp_len={max_resp_len} < "
+            f"len={buffer_len}, so every response would be penalised: raise {_MAX_RESP_LEN_KEYS} or lower "
+            f"{_BUFFER_LEN_KEYS}."
+        )
+    if not buffer_len > 0:
+        raise OverlongBufferError(
+            f"overlong_buffer.len must be positive when the overlong penalty is enabled, got {buffer_len}: set "
+            f"{_BUFFER_LEN_KEYS} > 0, {_TURN_OFF}."
+        )
 
 
 @register("dapo")
@@ -52,9 +86,8 @@ class DAPORewardManager(AbstractRewardManager):
         timeout_s: float | None = None,
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, on_error, timeout_s)
+        check_overlong_buffer(max_resp_len, overlong_buffer_cfg)
         self.max_resp_len, self.overlong_buffer_cfg = max_resp_len, overlong_buffer_cfg
-        if overlong_buffer_cfg is not None and max_resp_len is None:
-            raise ValueError(f"max_resp_len (data.max_response_length) is required with {overlong_buffer_cfg=}")
 
     def _score_one(self, data: Any, i: int, reward_extra_info: dict, printed: dict) -> tuple[float, int]:
         prompt_str, response_str, valid_response_length = self.decode_sample(data, i)

@@ -125,14 +125,15 @@ def loop_gae(rewards, values, mask, gamma, lam):
 
 
 def loop_reinforce_pp(rewards, mask, gamma):
+    """verl 0.9: the return runs over the generated tokens only; masked tokens get 0 and are stepped over."""
     batch, width = rewards.shape
     returns = torch.zeros_like(rewards)
     for i in range(batch):
         running = 0.0
         for t in reversed(range(width)):
-            running = float(rewards[i, t]) + gamma * running
-            returns[i, t] = running
-            running = running * float(mask[i, t])
+            if mask[i, t] > 0:
+                running = float(rewards[i, t]) + gamma * running
+                returns[i, t] = running
     return loop_whiten(returns, mask) * mask, returns
 
 
@@ -280,12 +281,35 @@ def test_reinforce_plus_plus_hand_computed():
     assert adv[0].tolist() == pytest.approx([-0.872872, -0.218218, 1.091089], abs=1e-4)
 
 
-def test_reinforce_plus_plus_resets_after_eos():
+def test_reinforce_plus_plus_ignores_rewards_after_eos():
     rewards = torch.tensor([[0.0, 1.0, 5.0]])  # 5 sits after EOS
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     _, ret = core_algos.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config={"gamma": 0.5})
-    # t=2: G = 5, then reset (mask 0); t=1: G = 1; t=0: G = 0 + 0.5·1 = 0.5 → the 5 does not leak back
-    assert ret[0].tolist() == pytest.approx([0.5, 1.0, 5.0], abs=ATOL)
+    # t=2 masked: return 0, the carried return stays 0; t=1: G = 1; t=0: G = 0 + 0.5·1 = 0.5 → the 5 is dropped
+    assert ret[0].tolist() == pytest.approx([0.5, 1.0, 0.0], abs=ATOL)
+
+
+def test_reinforce_plus_plus_carries_the_return_across_tool_observations():
+    # two assistant turns around a 2-token tool observation; outcome reward 1 on the last generated token
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 1.0]])
+    adv, ret = core_algos.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config={"gamma": 0.5})
+    # t=5: G = 1; t=4: 0.5·1 = 0.5; t=3, t=2 (observation): G = 0, carried 0.5 undiscounted;
+    # t=1: 0.5·0.5 = 0.25; t=0: 0.125. (verl 0.5 reset at the observation: the first turn got 0, 0.)
+    assert ret[0].tolist() == pytest.approx([0.125, 0.25, 0.0, 0.0, 0.5, 1.0], abs=ATOL)
+    # whiten over [0.125, 0.25, 0.5, 1]: μ = 0.46875, σ = sqrt(0.449219/3) = 0.386963
+    # → −0.34375/σ = −0.888330, −0.21875/σ = −0.565301, 0.03125/σ = 0.080757, 0.53125/σ = 1.372874
+    assert adv[0].tolist() == pytest.approx([-0.888330, -0.565301, 0.0, 0.0, 0.080757, 1.372874], abs=1e-4)
+
+
+def test_reinforce_plus_plus_baseline_gives_every_turn_the_outcome():
+    # the baseline variant broadcasts one centred score over the generated tokens of both turns
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0]])
+    adv, _ = core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(rewards, mask, np.array(["u", "u"]))
+    # centred scores ±0.5 on 3 generated tokens each: μ = 0, σ = sqrt(6·0.25/5) = 0.547723 → ±0.912871
+    expected = [[0.912871, 0.0, 0.912871, 0.912871], [-0.912871, 0.0, -0.912871, -0.912871]]
+    assert adv.tolist() == [pytest.approx(row, abs=1e-5) for row in expected]
 
 
 def test_remax_hand_computed():
@@ -368,6 +392,8 @@ def test_gae_matches_loop(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_reinforce_pp_matches_loop(seed):
     rewards, _, mask, _ = random_batch(seed)
+    mask[:, 2] = 0  # an observation token inside every response
+    mask[:, 0] = 1
     adv, ret = core_algos.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config={"gamma": 0.7})
     ref_adv, ref_ret = loop_reinforce_pp(rewards, mask, gamma=0.7)
     torch.testing.assert_close(ret, ref_ret, atol=1e-5, rtol=1e-5)
@@ -444,7 +470,8 @@ def test_masked_positions_never_leak(seed):
 
 
 def test_enum_values_are_verls_strings_and_all_registered():
-    assert {e.value for e in AdvantageEstimator} == {
+    # verl 0.9's AdvantageEstimator, in its order
+    assert [e.value for e in AdvantageEstimator] == [
         "gae",
         "grpo",
         "reinforce_plus_plus",
@@ -454,7 +481,12 @@ def test_enum_values_are_verls_strings_and_all_registered():
         "opo",
         "grpo_passk",
         "gpg",
-    }
+        "rloo_vectorized",
+        "grpo_vectorized",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+        "gdpo",
+    ]
     for member in AdvantageEstimator:
         assert get_adv_estimator_fn(member) is core_algos.ADV_ESTIMATOR_REGISTRY[member.value]
         assert get_adv_estimator_fn(member.value) is get_adv_estimator_fn(member)

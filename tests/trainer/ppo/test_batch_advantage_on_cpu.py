@@ -17,6 +17,7 @@ from hybridrl.trainer.ppo.batch_advantage import (
     compute_advantage,
     compute_pf_ppo_reweight_data,
     compute_response_mask,
+    gdpo_reward_metrics,
 )
 from hybridrl.trainer.ppo.core_algos import AdaptiveKLController, AdvantageEstimator, FixedKLController
 
@@ -107,7 +108,9 @@ def test_compute_advantage_grpo_uses_uid_groups(norm):
     torch.testing.assert_close(data.batch["advantages"], expected)
 
 
-@pytest.mark.parametrize("estimator", ["rloo", "opo", "gpg", "reinforce_plus_plus_baseline", "grpo_passk"])
+@pytest.mark.parametrize(
+    "estimator", ["rloo", "rloo_vectorized", "opo", "gpg", "reinforce_plus_plus_baseline", "grpo_passk"]
+)
 def test_compute_advantage_registry_estimators(estimator):
     data = make_batch(seed=2)
     data.batch["token_level_rewards"] = data.batch["token_level_scores"]
@@ -165,3 +168,68 @@ def test_compute_advantage_gae_with_pf_ppo_keeps_batch_size():
     out = compute_advantage(data, "gae", config=config)
     assert len(out) == len(data) and "advantages" in out.batch.keys()
     assert all(math.isfinite(v) for v in out.batch["advantages"].flatten().tolist())
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_compute_advantage_grpo_vectorized_honours_norm_adv_by_std(norm):
+    data = make_batch(seed=1)
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    vectorized = compute_advantage(data, "grpo_vectorized", norm_adv_by_std_in_grpo=norm, config=ALGO)
+    expected, _ = core_algos.compute_grpo_outcome_advantage(
+        data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"], 1e-6, norm
+    )
+    torch.testing.assert_close(vectorized.batch["advantages"], expected)
+
+
+def test_compute_advantage_gdpo_reads_the_reward_components_of_the_batch():
+    data = make_batch(seed=6)
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    # what a reward manager leaves in the batch for compute_score's {"score", "acc", "fmt"} dicts
+    data.non_tensor_batch["acc"] = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    data.non_tensor_batch["fmt"] = np.array([0.5, 1.0, 0.0, 1.0, 1.0, 1.0])
+    config = OmegaConf.merge(ALGO, {"gdpo_reward_keys": ["acc", "fmt"], "gdpo_reward_weights": [1.0, 0.5]})
+    out = compute_advantage(data, "gdpo", config=config)
+    components = torch.tensor([[1.0, 0.5], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0]])
+    expected, _ = core_algos.adv.gdpo_outcome_advantage(
+        components, out.batch["response_mask"], data.non_tensor_batch["uid"], torch.tensor([1.0, 0.5])
+    )
+    torch.testing.assert_close(out.batch["advantages"], expected)
+    # not the scores: the summed token rewards would give another answer
+    fallback, _ = core_algos.compute_gdpo_outcome_advantage(
+        data.batch["token_level_rewards"], out.batch["response_mask"], data.non_tensor_batch["uid"]
+    )
+    assert not torch.allclose(out.batch["advantages"], fallback)
+    with pytest.raises(ValueError, match=r"algorithm\.gdpo_reward_keys"):
+        compute_advantage(data, "gdpo", config=ALGO)
+
+
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_compute_advantage_token_baseline_inputs(estimator):
+    data = make_batch(seed=7)
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    with pytest.raises(ValueError, match=r"\['sum_pi_squared'\].*calculate_sum_pi_squared=True"):
+        compute_advantage(data, estimator, config=ALGO)
+    gen = torch.Generator().manual_seed(0)
+    data.batch["sum_pi_squared"] = torch.rand(6, 4, generator=gen) * 0.5 + 0.5
+    out = compute_advantage(data, estimator, config=ALGO)
+    args = (data.batch["token_level_rewards"], out.batch["response_mask"], data.non_tensor_batch["uid"])
+    inputs = (data.batch["old_log_probs"], data.batch["sum_pi_squared"])
+    expected, _ = core_algos.get_adv_estimator_fn(estimator)(*args, *inputs)
+    torch.testing.assert_close(out.batch["advantages"], expected)
+    # rollout correction's weights, when the batch has them, rescale the energy (ρ²)
+    data.batch["rollout_is_weights"] = torch.rand(6, 4, generator=gen) * 2
+    weighted = compute_advantage(data, estimator, config=ALGO)
+    expected, _ = core_algos.get_adv_estimator_fn(estimator)(*args, *inputs, data.batch["rollout_is_weights"])
+    torch.testing.assert_close(weighted.batch["advantages"], expected)
+
+
+def test_gdpo_reward_metrics_per_component():
+    data = make_batch()
+    data.non_tensor_batch["acc"] = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    struct = OmegaConf.create({"adv_estimator": "gdpo", "gdpo_reward_keys": ["acc", "absent"]})
+    OmegaConf.set_struct(struct, True)
+    # acc: mean 4/6, population std sqrt(4/6 · 2/6) = 0.471405; a key the batch lacks gives nothing
+    assert gdpo_reward_metrics(data, struct) == pytest.approx(
+        {"gdpo/acc/mean": 2 / 3, "gdpo/acc/std": 0.471405, "gdpo/acc/max": 1.0, "gdpo/acc/min": 0.0}, abs=1e-6
+    )
+    assert gdpo_reward_metrics(data, ALGO) == {}  # another estimator (the shipped section: no gdpo keys)

@@ -20,7 +20,7 @@ from tests.trainer.e2e import read_metrics
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tiny_pipeline" / "tiny_pipeline.py"
 # The smoke's sizes: enough SFT steps to export a checkpoint, enough RL steps for an update after a first one.
-SMOKE_SFT_STEPS = 10
+SMOKE_SFT_STEPS = 4
 SMOKE_RL_STEPS = 2
 
 

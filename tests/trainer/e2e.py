@@ -43,6 +43,31 @@ def cpu_run_args(model_dir: str, data_dir: str, ckpt_dir: str) -> dict[str, obje
     }
 
 
+VERL_METRICS = [
+    "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "actor/lr", "actor/entropy",
+    "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/returns/mean",
+    "response_length/mean", "response_length/clip_ratio", "prompt_length/mean",
+    "timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/step",
+    "timing_per_token_ms/gen", "perf/throughput", "perf/total_num_tokens", "perf/time_per_step",
+    "global_seqlen/mean", "training/global_step", "training/epoch",
+]
+
+
+def assert_checkpoint(ckpt: str, step: int, world_size: int = 2, roles=("actor",)) -> None:
+    """verl's checkpoint layout at ``ckpt/global_step_{step}``: per-rank model/optim/extra_state files of each role,
+    the dataloader state as JSON + safetensors (no pickle), the tracker file naming ``step``."""
+    assert open(os.path.join(ckpt, "latest_checkpointed_iteration.txt")).read().strip() == str(step)
+    folder = os.path.join(ckpt, f"global_step_{step}")
+    assert os.path.exists(os.path.join(folder, "data.json")) and os.path.exists(os.path.join(folder, "data.safetensors"))
+    assert not os.path.exists(os.path.join(folder, "data.pt"))  # no pickle written
+    for role in roles:
+        files = set(os.listdir(os.path.join(folder, role)))
+        for rank in range(world_size):
+            for kind in ("model", "optim", "extra_state"):
+                assert f"{kind}_world_size_{world_size}_rank_{rank}.pt" in files, files
+        assert "fsdp_config.json" in files and "huggingface" in files
+
+
 def as_overrides(args: dict[str, object], overrides: dict[str, object]) -> list[str]:
     """``key=value`` Hydra overrides of ``args`` updated with ``overrides``."""
     return [f"{key}={value}" for key, value in {**args, **overrides}.items()]

@@ -1,5 +1,6 @@
-"""PPO from the CLI with a LoRA critic (``critic.model.lora_rank=8``): 2 FSDP2 critic ranks over gloo, 2 steps,
-then the model merger on the 2-rank critic checkpoint."""
+"""PPO end to end from the CLI, with a LoRA critic (``critic.model.lora_rank=8``): GAE, KL in the reward, actor
+and 2 FSDP2 critic ranks over gloo, 2 steps; verl's PPO metric names and checkpoint layout; then the model merger on
+the 2-rank critic checkpoint. (A full-weight critic runs in test_main_ppo_e2e_on_cpu.py's split-placement test.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import sys
 import pytest
 import torch
 
-from tests.trainer.e2e import failure_report, grpo_args, ppo_overrides, read_metrics, run_main_ppo
+from tests.trainer.e2e import (
+    VERL_METRICS,
+    assert_checkpoint,
+    failure_report,
+    grpo_args,
+    ppo_overrides,
+    read_metrics,
+    run_main_ppo,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +39,15 @@ def test_ppo_with_lora_critic_and_merged_critic(tiny_model_dir, arithmetic_data_
     proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **overrides), metrics_file)
     assert proc.returncode == 0, failure_report(proc)
     metrics = read_metrics(metrics_file)
+    for name in VERL_METRICS + ["critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
+                                "critic/values/mean", "critic/vf_explained_var", "actor/reward_kl_penalty",
+                                "actor/reward_kl_penalty_coeff", "timing_s/values", "timing_s/update_critic",
+                                "timing_s/ref"]:
+        assert name in metrics[2], name
     for step in (1, 2):
         assert metrics[step]["critic/grad_norm"] > 0
         assert "critic/vf_loss" in metrics[step] and "critic/values/mean" in metrics[step]
+    assert_checkpoint(ckpt, 2, roles=("actor", "critic"))
     critic_dir = os.path.join(ckpt, "global_step_2", "critic")
     adapter_dir = os.path.join(critic_dir, "lora_adapter")
     assert os.path.exists(os.path.join(adapter_dir, "adapter_model.safetensors"))

@@ -12,6 +12,8 @@ import pytest
 
 from tests.trainer.e2e import (
     ASSETS,
+    VERL_METRICS,
+    assert_checkpoint,
     deterministic_part,
     failure_report,
     grpo_args,
@@ -21,61 +23,6 @@ from tests.trainer.e2e import (
 )
 
 pytestmark = pytest.mark.slow
-
-VERL_METRICS = [
-    "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "actor/lr", "actor/entropy",
-    "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/returns/mean",
-    "response_length/mean", "response_length/clip_ratio", "prompt_length/mean",
-    "timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/step",
-    "timing_per_token_ms/gen", "perf/throughput", "perf/total_num_tokens", "perf/time_per_step",
-    "global_seqlen/mean", "training/global_step", "training/epoch",
-]
-
-
-def _assert_checkpoint(ckpt: str, step: int, world_size: int = 2, roles=("actor",)) -> None:
-    assert open(os.path.join(ckpt, "latest_checkpointed_iteration.txt")).read().strip() == str(step)
-    folder = os.path.join(ckpt, f"global_step_{step}")
-    assert os.path.exists(os.path.join(folder, "data.json")) and os.path.exists(os.path.join(folder, "data.safetensors"))
-    assert not os.path.exists(os.path.join(folder, "data.pt"))  # no pickle written
-    for role in roles:
-        files = set(os.listdir(os.path.join(folder, role)))
-        for rank in range(world_size):
-            for kind in ("model", "optim", "extra_state"):
-                assert f"{kind}_world_size_{world_size}_rank_{rank}.pt" in files, files
-        assert "fsdp_config.json" in files and "huggingface" in files
-
-
-def test_grpo_end_to_end(tiny_model_dir, arithmetic_data_dir, tmp_path):
-    # the actor and reference run each distinct prompt once (share_prompt_prefix; the quickstart's setting)
-    shared = {"actor_rollout_ref.model.share_prompt_prefix": True}
-    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **shared), metrics_file)
-    assert proc.returncode == 0, failure_report(proc)
-    assert "Batch plan" in proc.stdout and "[main_ppo] finished; final validation metrics" in proc.stdout
-    metrics = read_metrics(metrics_file)
-    assert sorted(metrics) == [0, 1, 2]  # step 0 = validation before training
-    assert "val-core/arithmetic/reward/mean@1" in metrics[0]
-    for name in VERL_METRICS + ["actor/kl_loss", "actor/kl_coef", "val-core/arithmetic/reward/mean@1"]:
-        assert name in metrics[2], name
-    assert metrics[2]["training/global_step"] == 2
-    assert metrics[1]["perf/total_num_tokens"] > 0 and metrics[1]["actor/grad_norm"] > 0
-    assert "critic/vf_loss" not in metrics[2]  # GRPO has no critic
-    _assert_checkpoint(ckpt, 2)
-
-
-def test_ppo_end_to_end(tiny_model_dir, arithmetic_data_dir, tmp_path):
-    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    args = grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **ppo_overrides(tiny_model_dir))
-    proc = run_main_ppo(args, metrics_file)
-    assert proc.returncode == 0, failure_report(proc)
-    metrics = read_metrics(metrics_file)
-    for name in VERL_METRICS + ["critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
-                                "critic/values/mean", "critic/vf_explained_var", "actor/reward_kl_penalty",
-                                "actor/reward_kl_penalty_coeff", "timing_s/values", "timing_s/update_critic",
-                                "timing_s/ref"]:
-        assert name in metrics[2], name
-    _assert_checkpoint(ckpt, 2, roles=("actor", "critic"))
-
 
 def test_ppo_split_placement_critic_pool_with_sequence_parallelism(tiny_model_dir, arithmetic_data_dir, tmp_path):
     """Split placement from the config alone: actor+rollout on global_pool (1 rank), the critic on critic_pool
@@ -100,20 +47,32 @@ def test_ppo_split_placement_critic_pool_with_sequence_parallelism(tiny_model_di
     for name in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "actor/pg_loss"):
         assert name in metrics[2], name
     assert metrics[1]["critic/grad_norm"] > 0
-    _assert_checkpoint(ckpt, 2, world_size=1, roles=("actor",))
-    _assert_checkpoint(ckpt, 2, world_size=2, roles=("critic",))
+    assert_checkpoint(ckpt, 2, world_size=1, roles=("actor",))
+    assert_checkpoint(ckpt, 2, world_size=2, roles=("critic",))
 
 
 def test_exact_resume_after_sigterm_at_epoch_boundary(tiny_model_dir, arithmetic_data_dir, tmp_path):
-    """4 steps over 2 epochs (2 steps each). Stop after the step-2 checkpoint (an epoch boundary) with SIGTERM,
-    resume, and compare steps 3–4 with an uninterrupted run: identical except timing/perf."""
+    """GRPO end to end, then exact resume. The uninterrupted run: 4 steps over 2 epochs (2 steps each), verl's
+    metric names, checkpoints, validation before training and at the end. Then a second run stops after the step-2
+    checkpoint (an epoch boundary) with SIGTERM, resumes, and its steps 3–4 equal the uninterrupted run's except
+    timing/perf."""
     reward = {"custom_reward_function.path": str(ASSETS / "blocking_reward.py"),
+              # the actor and reference run each distinct prompt once (share_prompt_prefix; the quickstart's setting)
+              "actor_rollout_ref.model.share_prompt_prefix": True,
               "trainer.total_epochs": 2, "trainer.total_training_steps": "null", "trainer.test_freq": 4}
     full_ckpt, full_metrics = str(tmp_path / "full"), str(tmp_path / "full.jsonl")
     proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, full_ckpt, **reward), full_metrics)
     assert proc.returncode == 0, failure_report(proc)
+    assert "Batch plan" in proc.stdout and "[main_ppo] finished; final validation metrics" in proc.stdout
     uninterrupted = read_metrics(full_metrics)
-    assert max(uninterrupted) == 4
+    assert sorted(uninterrupted) == [0, 1, 2, 3, 4]  # step 0 = validation before training
+    assert "val-core/arithmetic/reward/mean@1" in uninterrupted[0]
+    for name in VERL_METRICS + ["actor/kl_loss", "actor/kl_coef", "val-core/arithmetic/reward/mean@1"]:
+        assert name in uninterrupted[4], name
+    assert uninterrupted[4]["training/global_step"] == 4
+    assert uninterrupted[1]["perf/total_num_tokens"] > 0 and uninterrupted[1]["actor/grad_norm"] > 0
+    assert "critic/vf_loss" not in uninterrupted[4]  # GRPO has no critic
+    assert_checkpoint(full_ckpt, 4)
 
     ckpt, metrics_file = str(tmp_path / "resumed"), str(tmp_path / "resumed.jsonl")
     args = grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **reward)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
-from omegaconf import open_dict
 from conftest import actor_config, make_ppo_batch
+from omegaconf import open_dict
 
 from hybridrl.models.transformers.moe_router import capture_routing, router_modules
 from hybridrl.workers.actor import DataParallelPPOActor
@@ -15,10 +16,20 @@ from hybridrl.workers.actor import DataParallelPPOActor
 COEF = 0.5
 
 
-def with_replay_mode(config, mode: str):
-    """``config`` with ``router_replay.mode`` set (verl 0.9's key, shipped by the config tree)."""
+@functools.cache
+def _base_config():
+    return actor_config()
+
+
+def moe_config(packed: bool = False, aux_loss: bool = False, replay_mode: str = "disabled"):
+    """The shipped actor section (composed once: Hydra costs seconds) with the MoE switches set.
+
+    ``router_replay.mode`` is verl 0.9's key, set with ``open_dict`` where the config tree lacks it."""
+    config = copy.deepcopy(_base_config())
     with open_dict(config):
-        config.router_replay = {**config.get("router_replay", {}), "mode": mode}
+        config.use_remove_padding = packed
+        config.use_router_aux_loss = aux_loss
+        config.router_replay = {**config.get("router_replay", {}), "mode": replay_mode}
     return config
 
 
@@ -62,8 +73,8 @@ def _loss_and_router_grad(model, config, micro_batch):
 def test_aux_loss_adds_coef_times_the_models_aux_loss(packed):
     model = tiny_qwen3_moe()
     micro_batch = make_ppo_batch(batch_size=4, seed=1).batch
-    off = _loss_and_router_grad(model, actor_config(use_remove_padding=packed), micro_batch)
-    on = _loss_and_router_grad(model, actor_config(use_remove_padding=packed, use_router_aux_loss=True), micro_batch)
+    off = _loss_and_router_grad(model, moe_config(packed), micro_batch)
+    on = _loss_and_router_grad(model, moe_config(packed, aux_loss=True), micro_batch)
     assert "actor/aux_loss" not in off[1]
     aux = on[1]["actor/aux_loss"]
     # the model's own aux loss over the valid tokens (HF masks padding with the attention mask)
@@ -79,13 +90,13 @@ def test_aux_loss_adds_coef_times_the_models_aux_loss(packed):
 
 def test_aux_loss_refused_for_a_dense_model(causal_lm):
     with pytest.raises(ValueError, match="use_router_aux_loss=False"):
-        DataParallelPPOActor(actor_config(use_router_aux_loss=True), causal_lm)
+        DataParallelPPOActor(moe_config(aux_loss=True), causal_lm)
 
 
 def test_update_logs_expert_load_every_interval():
     model = tiny_qwen3_moe()
     actor = DataParallelPPOActor(
-        actor_config(), model, torch.optim.SGD(model.parameters(), lr=0.0), moe_load_balance_metrics_interval=2
+        moe_config(), model, torch.optim.SGD(model.parameters(), lr=0.0), moe_load_balance_metrics_interval=2
     )
     data = make_ppo_batch(batch_size=4, seed=2)
     first, second = actor.update_policy(data), actor.update_policy(data)
@@ -104,7 +115,7 @@ def test_captured_routing_covers_the_valid_tokens_in_both_layouts():
     valid = int(data.batch["attention_mask"].sum())
     ids = {}
     for packed in (False, True):
-        actor = DataParallelPPOActor(actor_config(use_remove_padding=packed), model)
+        actor = DataParallelPPOActor(moe_config(packed), model)
         with capture_routing(model) as capture:
             actor.compute_log_prob(data)
         ids[packed] = capture.valid_expert_ids()
@@ -122,7 +133,7 @@ def _record_rollout_routing(model, data) -> torch.Tensor:
 
 def _log_probs(model, data, packed, replay):
     data.meta_info["micro_batch_size"] = 4
-    config = with_replay_mode(actor_config(use_remove_padding=packed), "R3" if replay else "disabled")
+    config = moe_config(packed, replay_mode="R3" if replay else "disabled")
     log_probs, _ = DataParallelPPOActor(config, model).compute_log_prob(data)
     return log_probs * data.batch["response_mask"]
 
@@ -162,4 +173,4 @@ def test_replay_without_a_record_names_the_rollout_key():
 
 def test_unsupported_replay_mode_is_refused():
     with pytest.raises(ValueError, match="router_replay.mode='R2'"):
-        DataParallelPPOActor(with_replay_mode(actor_config(), "R2"), tiny_qwen3_moe())
+        DataParallelPPOActor(moe_config(replay_mode="R2"), tiny_qwen3_moe())

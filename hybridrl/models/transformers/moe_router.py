@@ -28,7 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["RoutingCapture", "capture_routing", "num_experts_of", "router_modules"]
+__all__ = ["ROUTED_EXPERTS_KEY", "RoutingCapture", "capture_routing", "num_experts_of", "router_modules"]
+
+# batch key of a rollout's routing record, [B, S, L, k] expert ids per token of input_ids (verl 0.9's name)
+ROUTED_EXPERTS_KEY = "routed_experts"
 
 # router classes whose top-k weights are a softmax over the k chosen logits (not over all experts)
 _SOFTMAX_OVER_TOP_K = frozenset({"GptOssTopKRouter"})

@@ -23,13 +23,16 @@ import torch
 from torch import nn
 
 from hybridrl.algos.moe_load import expert_load_counts, load_balance_metrics
-from hybridrl.models.transformers.moe_router import RoutingCapture, capture_routing, num_experts_of
+from hybridrl.models.transformers.moe_router import (
+    ROUTED_EXPERTS_KEY,
+    RoutingCapture,
+    capture_routing,
+    num_experts_of,
+)
 from hybridrl.workers.actor.forward import skipped_columns
 
 __all__ = ["ROUTED_EXPERTS_KEY", "ActorMoE", "replay_targets"]
 
-# batch key of the rollout's routing record [B, S, L, k] (verl 0.9's name)
-ROUTED_EXPERTS_KEY = "routed_experts"
 AUX_LOSS_METRIC = "actor/aux_loss"
 LOAD_METRICS_PREFIX = "actor/moe"
 _REPLAY_MODES = ("disabled", "R3")

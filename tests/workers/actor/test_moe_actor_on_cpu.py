@@ -3,61 +3,16 @@
 from __future__ import annotations
 
 import copy
-import functools
 
 import pytest
 import torch
-from conftest import actor_config, make_ppo_batch
-from omegaconf import open_dict
+from conftest import make_ppo_batch
+from moe_testlib import AUX_LOSS_COEF, moe_actor_config, perturb_routers, tiny_qwen3_moe
 
 from hybridrl.models.transformers.moe_router import capture_routing, router_modules
 from hybridrl.workers.actor import DataParallelPPOActor
 
-COEF = 0.5
-
-
-@functools.cache
-def _base_config():
-    return actor_config()
-
-
-def moe_config(packed: bool = False, aux_loss: bool = False, replay_mode: str = "disabled"):
-    """The shipped actor section (composed once: Hydra costs seconds) with the MoE switches set.
-
-    ``router_replay.mode`` is verl 0.9's key, set with ``open_dict`` where the config tree lacks it."""
-    config = copy.deepcopy(_base_config())
-    with open_dict(config):
-        config.use_remove_padding = packed
-        config.use_router_aux_loss = aux_loss
-        config.router_replay = {**config.get("router_replay", {}), "mode": replay_mode}
-    return config
-
-
-def tiny_qwen3_moe(top_k: int = 2, seed: int = 0):
-    """2 MoE layers of 4 experts, fp32, vocab 512 (the batches use ids < 500)."""
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    config = Qwen3MoeConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        num_experts=4,
-        num_experts_per_tok=top_k,
-        norm_topk_prob=True,
-        router_aux_loss_coef=COEF,
-        max_position_embeddings=64,
-        pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    model = Qwen3MoeForCausalLM(config).float()
-    for router in router_modules(model):  # wide router logits: distinct top-k choices per token
-        torch.nn.init.normal_(router.weight, std=1.0)
-    return model
+COEF = AUX_LOSS_COEF
 
 
 def _loss_and_router_grad(model, config, micro_batch):
@@ -73,8 +28,8 @@ def _loss_and_router_grad(model, config, micro_batch):
 def test_aux_loss_adds_coef_times_the_models_aux_loss(packed):
     model = tiny_qwen3_moe()
     micro_batch = make_ppo_batch(batch_size=4, seed=1).batch
-    off = _loss_and_router_grad(model, moe_config(packed), micro_batch)
-    on = _loss_and_router_grad(model, moe_config(packed, aux_loss=True), micro_batch)
+    off = _loss_and_router_grad(model, moe_actor_config(packed), micro_batch)
+    on = _loss_and_router_grad(model, moe_actor_config(packed, aux_loss=True), micro_batch)
     assert "actor/aux_loss" not in off[1]
     aux = on[1]["actor/aux_loss"]
     # the model's own aux loss over the valid tokens (HF masks padding with the attention mask)
@@ -90,13 +45,13 @@ def test_aux_loss_adds_coef_times_the_models_aux_loss(packed):
 
 def test_aux_loss_refused_for_a_dense_model(causal_lm):
     with pytest.raises(ValueError, match="use_router_aux_loss=False"):
-        DataParallelPPOActor(moe_config(aux_loss=True), causal_lm)
+        DataParallelPPOActor(moe_actor_config(aux_loss=True), causal_lm)
 
 
 def test_update_logs_expert_load_every_interval():
     model = tiny_qwen3_moe()
     actor = DataParallelPPOActor(
-        moe_config(), model, torch.optim.SGD(model.parameters(), lr=0.0), moe_load_balance_metrics_interval=2
+        moe_actor_config(), model, torch.optim.SGD(model.parameters(), lr=0.0), moe_load_balance_metrics_interval=2
     )
     data = make_ppo_batch(batch_size=4, seed=2)
     first, second = actor.update_policy(data), actor.update_policy(data)
@@ -115,7 +70,7 @@ def test_captured_routing_covers_the_valid_tokens_in_both_layouts():
     valid = int(data.batch["attention_mask"].sum())
     ids = {}
     for packed in (False, True):
-        actor = DataParallelPPOActor(moe_config(packed), model)
+        actor = DataParallelPPOActor(moe_actor_config(packed), model)
         with capture_routing(model) as capture:
             actor.compute_log_prob(data)
         ids[packed] = capture.valid_expert_ids()
@@ -133,7 +88,7 @@ def _record_rollout_routing(model, data) -> torch.Tensor:
 
 def _log_probs(model, data, packed, replay):
     data.meta_info["micro_batch_size"] = 4
-    config = moe_config(packed, replay_mode="R3" if replay else "disabled")
+    config = moe_actor_config(packed, replay_mode="R3" if replay else "disabled")
     log_probs, _ = DataParallelPPOActor(config, model).compute_log_prob(data)
     return log_probs * data.batch["response_mask"]
 
@@ -154,10 +109,7 @@ def test_replay_restores_the_rollout_log_probs_after_the_router_moved(packed):
     data = make_ppo_batch(batch_size=4, seed=5)
     data.batch["routed_experts"] = _record_rollout_routing(rollout_model, data)
     rollout_log_probs = _log_probs(rollout_model, data, packed, replay=False)
-    trainer_model = copy.deepcopy(rollout_model)
-    with torch.no_grad():
-        for router in router_modules(trainer_model):
-            router.weight.add_(torch.randn_like(router.weight))
+    trainer_model = perturb_routers(rollout_model)
     replayed = _log_probs(trainer_model, data, packed, replay=True)
     free = _log_probs(trainer_model, data, packed, replay=False)
     torch.testing.assert_close(replayed, rollout_log_probs)
@@ -173,4 +125,4 @@ def test_replay_without_a_record_names_the_rollout_key():
 
 def test_unsupported_replay_mode_is_refused():
     with pytest.raises(ValueError, match="router_replay.mode='R2'"):
-        DataParallelPPOActor(moe_config(replay_mode="R2"), tiny_qwen3_moe())
+        DataParallelPPOActor(moe_actor_config(replay_mode="R2"), tiny_qwen3_moe())

@@ -71,3 +71,31 @@ def moe_actor_config(packed: bool = False, aux_loss: bool = False, replay_mode: 
         config.use_router_aux_loss = aux_loss
         config.router_replay = {**config.get("router_replay", {}), "mode": replay_mode}
     return config
+
+
+def tiny_gpt_oss(seed: int = 0):
+    """2 MoE layers of 4 experts (top-2, softmax over the chosen logits), fp32, vocab 512, eager attention."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    config = GptOssConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=4,
+        router_aux_loss_coef=AUX_LOSS_COEF,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+    torch.manual_seed(seed)
+    model = GptOssForCausalLM(config).float()
+    for router in router_modules(model):
+        torch.nn.init.normal_(router.weight, std=1.0)
+    return model.eval()

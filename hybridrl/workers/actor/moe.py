@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from hybridrl.algos.moe_load import expert_load_counts, load_balance_metrics
+from hybridrl.models.families import FastPath, model_type_of, model_types_for, supports
 from hybridrl.models.transformers.moe_router import (
     ROUTED_EXPERTS_KEY,
     RoutingCapture,
@@ -80,12 +81,8 @@ class ActorMoE:
         self.aux_loss_coef = float(getattr(getattr(module, "config", None), "router_aux_loss_coef", 0.0) or 0.0)
         self._module = module
         self._updates = 0
-        if self.num_experts is None and (self.aux_loss or self.replay_mode != "disabled"):
-            raise ValueError(
-                f"{type(module).__name__} is not a mixture-of-experts model: set "
-                "actor_rollout_ref.actor.use_router_aux_loss=False and actor_rollout_ref.actor.router_replay.mode="
-                "disabled"
-            )
+        if self.aux_loss or self.replay_mode != "disabled":
+            _check_model(module, self.num_experts)
 
     @property
     def active(self) -> bool:
@@ -137,6 +134,20 @@ class ActorMoE:
         if not ids or self.num_experts is None:
             return {}
         return load_balance_metrics(expert_load_counts(torch.cat(ids), self.num_experts), LOAD_METRICS_PREFIX)
+
+
+def _check_model(module: nn.Module, num_experts: int | None) -> None:
+    """Refuse the router aux loss and replay on a dense model or an MoE family whose routers are not registered."""
+    fix = (
+        "set actor_rollout_ref.actor.use_router_aux_loss=False and actor_rollout_ref.actor.router_replay.mode=disabled"
+    )
+    if num_experts is None:
+        raise ValueError(f"{type(module).__name__} is not a mixture-of-experts model: {fix}")
+    if not supports(module, FastPath.ROUTER_REPLAY):
+        raise ValueError(
+            f"model_type={model_type_of(module)!r}: its MoE routers are not in the model registry's router_replay path "
+            f"(hybridrl.models.families lists {model_types_for(FastPath.ROUTER_REPLAY)}): {fix}"
+        )
 
 
 def _layer_lookup(targets: torch.Tensor):

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from conftest import make_ppo_batch
-from moe_testlib import AUX_LOSS_COEF, moe_actor_config, perturb_routers, tiny_qwen3_moe
+from moe_testlib import AUX_LOSS_COEF, moe_actor_config, perturb_routers, tiny_gpt_oss, tiny_qwen3_moe
 
 from hybridrl.models.transformers.moe_router import capture_routing, router_modules
 from hybridrl.workers.actor import DataParallelPPOActor
@@ -126,3 +126,23 @@ def test_replay_without_a_record_names_the_rollout_key():
 def test_unsupported_replay_mode_is_refused():
     with pytest.raises(ValueError, match="router_replay.mode='R2'"):
         DataParallelPPOActor(moe_actor_config(replay_mode="R2"), tiny_qwen3_moe())
+
+
+def test_gpt_oss_aux_loss_and_replay():
+    """GPT-OSS's router (softmax over the k chosen logits, a bias): the aux loss enters the loss and replaying its
+    own routing changes no log-prob."""
+    model = tiny_gpt_oss()
+    data = make_ppo_batch(batch_size=4, seed=7)
+    off = _loss_and_router_grad(model, moe_actor_config(), data.batch)
+    on = _loss_and_router_grad(model, moe_actor_config(aux_loss=True), data.batch)
+    torch.testing.assert_close(on[0] - off[0], torch.tensor(COEF * on[1]["actor/aux_loss"]), rtol=1e-5, atol=1e-6)
+    data.batch["routed_experts"] = _record_rollout_routing(model, data)
+    torch.testing.assert_close(_log_probs(model, data, False, True), _log_probs(model, data, False, False))
+
+
+def test_unregistered_moe_family_is_refused(monkeypatch):
+    from hybridrl.models import families
+
+    monkeypatch.setattr(families, "_BY_MODEL_TYPE", {})
+    with pytest.raises(ValueError, match="router_replay path"):
+        DataParallelPPOActor(moe_actor_config(aux_loss=True), tiny_qwen3_moe())

@@ -45,6 +45,15 @@ def check_moe(config: DictConfig) -> list[ConfigProblem]:
             )
     if recording:
         _check_recording_engine(config, problems)
+    sp_key = f"{ACTOR}.ulysses_sequence_parallel_size"
+    if get(config, f"{ACTOR}.router_replay.mode") == "R3" and (get(config, sp_key) or 1) > 1:
+        problems.append(
+            ConfigProblem(
+                sp_key,
+                "routing replay maps the record onto whole sequences, not Ulysses slices.",
+                f"set {sp_key}=1, or {ACTOR}.router_replay.mode=disabled.",
+            )
+        )
     fsdp_only = [
         key
         for key in (f"{ACTOR}.use_router_aux_loss", f"{ACTOR}.router_replay.mode")

@@ -52,3 +52,9 @@ def test_recording_needs_the_sync_hf_rollout(name, rollout_mode):
 
 def test_megatron_actor_is_refused():
     assert _keys(_config(aux=True, strategy="megatron")) == ["actor_rollout_ref.actor.use_router_aux_loss"]
+
+
+def test_replay_with_ulysses_is_refused():
+    config = _config(mode="R3", record=True)
+    config.actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2
+    assert _keys(config) == ["actor_rollout_ref.actor.ulysses_sequence_parallel_size"]

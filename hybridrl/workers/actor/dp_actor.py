@@ -10,6 +10,7 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
             clip_grad_and_step(grad_clip)
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
+                  (+ router_aux_loss_coef · aux_loss for an MoE model with use_router_aux_loss: ``moe.py``)
     pg_loss     = the pure loss of ``policy_loss.loss_mode`` (``hybridrl.algos.policy_losses``), its
                   hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``);
                   rollout correction (verl 0.9): each token's loss × ``rollout_is_weights`` when the batch

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
-from conftest import make_ppo_batch
 from moe_testlib import AUX_LOSS_COEF, moe_actor_config, perturb_routers, tiny_gpt_oss, tiny_qwen3_moe
 
 from hybridrl.models.transformers.moe_router import capture_routing, router_modules
 from hybridrl.workers.actor import DataParallelPPOActor
+from tests.workers.actor.conftest import make_ppo_batch
 
 COEF = AUX_LOSS_COEF
 

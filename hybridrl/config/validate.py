@@ -15,6 +15,7 @@ from hybridrl.config.checks_async import check_async_modes
 from hybridrl.config.checks_batch import check_batch_sizes
 from hybridrl.config.checks_env import check_environment
 from hybridrl.config.checks_megatron import check_megatron, check_megatron_environment
+from hybridrl.config.checks_moe import check_moe
 from hybridrl.config.checks_optim import check_optimizers
 from hybridrl.config.checks_rollout import check_rollout_mode
 from hybridrl.config.checks_rollout_correction import check_rollout_correction
@@ -69,6 +70,7 @@ def collect_problems(
     problems += check_algorithm(config, use_reference_policy, use_critic)
     problems += check_rollout_mode(config)
     problems += check_rollout_correction(config)
+    problems += check_moe(config)
     problems += check_async_modes(config)
     problems += check_optimizers(config, use_critic)
     problems += check_megatron(config, use_critic, use_reference_policy)

@@ -15,12 +15,15 @@ a multimodal config keeps its attention, a small output head keeps ``F.linear``)
     fp32_attention          bf16/fp16 CPU decode computes attention in fp32     the model's own attention
     ulysses                 Ulysses sequence-parallel attention                 none: an error names the fix
     megatron                built-in HF <-> megatron-core converter             none: an error names the fix
+    router_replay           MoE router hooks: aux loss, expert load, replay     none: an error names the fix
 
 Evidence: a tiny random model of each listed family gives the plain path's log-probs and greedy tokens through
 its listed decode, varlen and shared-prompt paths (tests/models/test_families_on_cpu.py); qwen2 and llama (the
 tiny test models, SmolLM2) are tested end to end, Ulysses over 2 gloo ranks on qwen2
 (tests/utils/test_ulysses_on_cpu.py; the other full-attention families run the same varlen kernel in it) and the
-megatron converter on both (tests/megatron/). Families without sdpa in transformers (gemma2, gpt_oss) have no
+megatron converter on both (tests/megatron/); the router hooks on qwen3_moe (aux loss, load metrics, rollout
+record and replay: tests/workers/actor/test_moe_actor_on_cpu.py, tests/workers/rollout/test_routing_record_on_cpu.py)
+and gpt_oss (aux loss and replay). Families without sdpa in transformers (gemma2, gpt_oss) have no
 attention path.
 """
 
@@ -55,6 +58,7 @@ class FastPath(str, Enum):
     FP32_ATTENTION = "fp32_attention"
     ULYSSES = "ulysses"
     MEGATRON = "megatron"
+    ROUTER_REPLAY = "router_replay"
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("llama", ("llama",), _DECODER_PATHS | {FastPath.MEGATRON}),
     ModelFamily("qwen2", ("qwen2",), _DECODER_PATHS | {FastPath.MEGATRON}, qkv_bias=True),
     ModelFamily("qwen3", ("qwen3",), _DECODER_PATHS),
-    ModelFamily("qwen3_moe", ("qwen3_moe",), _DECODER_PATHS),
+    ModelFamily("qwen3_moe", ("qwen3_moe",), _DECODER_PATHS | {FastPath.ROUTER_REPLAY}),
     ModelFamily("mistral", ("mistral",), _DECODER_PATHS),
     ModelFamily("phi3", ("phi3",), _DECODER_PATHS),
     ModelFamily("olmo2", ("olmo2",), _DECODER_PATHS),
@@ -95,7 +99,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("gemma3", ("gemma3_text",), _DECODER_PATHS - {FastPath.ULYSSES}),
     # no sdpa in transformers (eager only): the attention paths cannot apply (sliding layers, gpt_oss's sinks)
     ModelFamily("gemma2", ("gemma2",), frozenset({FastPath.SHARED_PREFIX, FastPath.PACKED_HEAD})),
-    ModelFamily("gpt_oss", ("gpt_oss",), frozenset({FastPath.SHARED_PREFIX, FastPath.PACKED_HEAD})),
+    ModelFamily(
+        "gpt_oss", ("gpt_oss",), frozenset({FastPath.SHARED_PREFIX, FastPath.PACKED_HEAD, FastPath.ROUTER_REPLAY})
+    ),
 )
 
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}

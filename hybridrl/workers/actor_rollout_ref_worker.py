@@ -160,6 +160,7 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
             update=self.plan.actor,
             log_prob=self.plan.old_log_prob,
             temperature=float(self.config.rollout.temperature),
+            moe_load_balance_metrics_interval=int(self.config.rollout.get("moe_load_balance_metrics_interval") or 0),
         )
         self._offload_actor(optimizer_too=True)
 

@@ -177,13 +177,13 @@ def test_answers_for_known_families():
         "llama": decoder_paths | {FastPath.MEGATRON},
         "qwen2": decoder_paths | {FastPath.MEGATRON},
         "qwen3": decoder_paths,
-        "qwen3_moe": decoder_paths,
+        "qwen3_moe": decoder_paths | {FastPath.ROUTER_REPLAY},
         "mistral": decoder_paths,
         "phi3": decoder_paths,
         "olmo2": decoder_paths,
         "gemma3_text": decoder_paths - {FastPath.ULYSSES},  # sliding windows: the Ulysses kernel has none
         "gemma2": {FastPath.SHARED_PREFIX, FastPath.PACKED_HEAD},  # eager attention only
-        "gpt_oss": {FastPath.SHARED_PREFIX, FastPath.PACKED_HEAD},
+        "gpt_oss": {FastPath.SHARED_PREFIX, FastPath.PACKED_HEAD, FastPath.ROUTER_REPLAY},
         "gpt_neox": set(),  # not listed
         "gemma3": set(),  # the multimodal config: not listed (its text config is)
     }

@@ -10,6 +10,7 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
             clip_grad_and_step(grad_clip)
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
+                  (+ router_aux_loss_coef · aux_loss for an MoE model with use_router_aux_loss: ``moe.py``)
     pg_loss     = the pure loss of ``policy_loss.loss_mode`` (``hybridrl.algos.policy_losses``), its
                   hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``);
                   rollout correction (verl 0.9): each token's loss × ``rollout_is_weights`` when the batch
@@ -51,6 +52,7 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
+from hybridrl.workers.actor.moe import ROUTED_EXPERTS_KEY, ActorMoE
 from hybridrl.workers.actor.zero_advantage import (
     SKIPPED_FRACTION_METRIC,
     drop_zero_advantage_rows,
@@ -132,6 +134,8 @@ class DataParallelPPOActor(BasePPOActor):
             (``ppo_mini_batch_size``, ``ppo_micro_batch_size_per_gpu``, ``ppo_max_token_len_per_gpu``), as verl.
         log_prob: micro-batches of :meth:`compute_log_prob`; None: read from ``data.meta_info`` per call (verl).
         temperature: ``rollout.temperature``, the logits divisor; None: ``data.meta_info["temperature"]`` (verl).
+        moe_load_balance_metrics_interval: ``rollout.moe_load_balance_metrics_interval``: every this many updates
+            an MoE actor logs its expert load (0: never); MoE router aux loss and replay: ``workers/actor/moe.py``.
     """
 
     def __init__(
@@ -146,6 +150,7 @@ class DataParallelPPOActor(BasePPOActor):
         update: RolePlan | None = None,
         log_prob: ForwardPlan | None = None,
         temperature: float | None = None,
+        moe_load_balance_metrics_interval: int = 0,
     ) -> None:
         # the worker's section is filled already; one built by hand (verl's unit tests) is filled here
         path = "actor_rollout_ref.actor"
@@ -174,6 +179,10 @@ class DataParallelPPOActor(BasePPOActor):
             enable_activation_offload = bool(config.get("enable_activation_offload"))
         self._activation_offload = enable_activation_offload
         self._temperature = temperature
+        self.moe = ActorMoE(config, actor_module, moe_load_balance_metrics_interval)
+        # replay maps the record onto the padded or packed forward's tokens, not onto the split prompt forward
+        self.share_prompt_prefix = share_prompt_prefix and self.moe.replay_mode == "disabled"
+        self._routing_captures: list | None = None  # the update's routing, when it logs expert-load metrics
         self._log_prob_split = log_prob
         self._mini_batch_size, self._update_split = update_split(config, update)
         # resolved once; a reference policy (no optimizer) has no loss
@@ -260,7 +269,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_module.eval()
         meta = data.meta_info
         temperature = self._call_temperature(meta)
-        batch = data.select(batch_keys=_LOG_PROB_KEYS).batch
+        batch = data.select(batch_keys=_LOG_PROB_KEYS + _optional_keys(data, ROUTED_EXPERTS_KEY)).batch
         micro_batches, order = self._log_prob_micro_batches(batch, meta, micro_batching)
         with torch.no_grad():
             log_probs, entropys = self._log_probs_of(micro_batches, temperature, calculate_entropy)
@@ -273,7 +282,8 @@ class DataParallelPPOActor(BasePPOActor):
         """Per micro-batch ``log_probs [b, R]`` and (``calculate_entropy``) ``entropys [b, R]``."""
         log_probs, entropys = [], []
         for micro_batch in micro_batches:
-            entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
+            with self.moe.forward_context(micro_batch, self.use_remove_padding, training=False):
+                entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
             log_probs.append(log_prob)
             if entropy is not None:
                 entropys.append(entropy)
@@ -293,7 +303,8 @@ class DataParallelPPOActor(BasePPOActor):
         loss_agg_mode = config.loss_agg_mode
         entropy_coeff = config.entropy_coeff
         # verl computes the entropy only when it enters the loss
-        entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
+        with self.moe.forward_context(micro_batch, self.use_remove_padding, training=True) as routing:
+            entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
         # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
         old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
         # rollout correction (decoupled): the driver's IS weights, passed only when present
@@ -312,6 +323,9 @@ class DataParallelPPOActor(BasePPOActor):
             metrics["actor/kl_loss"] = kl_loss.detach().item()
             metrics["actor/kl_coef"] = float(config.kl_loss_coef)
         metrics["actor/pg_loss"] = pg_loss.detach().item()
+        policy_loss = self.moe.add_aux_loss(policy_loss, metrics, routing)
+        if self._routing_captures is not None:
+            self._routing_captures.append(routing)
         return policy_loss, metrics
 
     def _optimizer_step(self) -> float:
@@ -338,7 +352,7 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         temperature = self._call_temperature(data.meta_info)
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
-        keys += [_IS_WEIGHTS_KEY] if _IS_WEIGHTS_KEY in data.batch.keys() else []
+        keys += _optional_keys(data, _IS_WEIGHTS_KEY, ROUTED_EXPERTS_KEY)
         pg_loss_fn = self._update_loss(data.meta_info)
         # bypass mode's loss (not the one bound at construction) needs every row
         skip_zero_adv = skips_zero_advantage_rows(config, bypass_mode=pg_loss_fn is not self._pg_loss)
@@ -352,6 +366,7 @@ class DataParallelPPOActor(BasePPOActor):
         batch = data.select(batch_keys=keys).batch
         split = self._update_split
         metrics: dict[str, list[float]] = {}
+        self._routing_captures = [] if self.moe.start_update() else None
         for _ in range(config.ppo_epochs):
             for mini_batch in batch.split(self._mini_batch_size):
                 micro_batches, _ = split_micro_batches(
@@ -366,6 +381,9 @@ class DataParallelPPOActor(BasePPOActor):
                     append_to_dict(metrics, micro_metrics)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})
         self.actor_optimizer.zero_grad()
+        if self._routing_captures is not None:
+            append_to_dict(metrics, self.moe.load_metrics(self._routing_captures))
+            self._routing_captures = None
         return metrics
 
     def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: BoundPolicyLoss,
@@ -403,3 +421,8 @@ class DataParallelPPOActor(BasePPOActor):
             return micro_batch.batch_size[0] / self._mini_batch_size
         return 1.0 / (self._mini_batch_size // self._update_split.micro_batch_per_rank)
 
+
+
+def _optional_keys(data: DataProto, *keys: str) -> list[str]:
+    """Those of ``keys`` the batch holds (inputs the driver adds only in some configurations)."""
+    return [key for key in keys if key in data.batch.keys()]

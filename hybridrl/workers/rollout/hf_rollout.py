@@ -9,7 +9,8 @@ Two decoders share one engine class:
   and the reference the fast loop is checked against.
 
 Both run in micro-batches of ``rollout.micro_batch_size`` prompts (whole batch when unset) and hold
-their own model: the worker marks the weights stale after each actor update and the hybrid-engine
+their own model (``rollout.enable_rollout_routing_replay``: plus each token's MoE routing, ``routing_record.py``):
+the worker marks the weights stale after each actor update and the hybrid-engine
 handle pushes the actor's full state dict through ``update_weights``.
 """
 
@@ -25,6 +26,7 @@ from hybridrl.generation.records import SamplingParams
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
+from hybridrl.workers.rollout.routing_record import ROUTED_EXPERTS_KEY, record_routed_experts
 
 
 def left_pad(rows: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,7 +81,14 @@ class HFRollout(BaseRollout):
             # several generation batches in one step (DAPO dynamic sampling) each get their own stream
             gen_batch_index = int(prompts.meta_info.get("gen_batch_index", 0))
             self.generator.manual_seed(_step_seed(self.seed, int(step), validate, gen_batch_index))
-        return super().generate_sequences(prompts)
+        output = super().generate_sequences(prompts)
+        if self.rollout_config.get("enable_rollout_routing_replay"):
+            batch = output.batch
+            batch[ROUTED_EXPERTS_KEY] = record_routed_experts(
+                self.model, batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device),
+                batch["position_ids"].to(self.device), self.rollout_config.get("micro_batch_size", None),
+            ).to(batch["input_ids"].device)
+        return output
 
     def _micro_batches(self, rows: list[list[int]]) -> list[list[list[int]]]:
         size = self.rollout_config.get("micro_batch_size", None) or len(rows)

@@ -1,6 +1,9 @@
 """examples/agent_calculator end to end on tiny sizes (CI smoke): data → random digit-tokenizer model → 2 GRPO steps
-through ``run_cpu.sh`` (server mode, multi-turn, the calculator tool). Asserts the plotted metrics exist and are
-finite; the learning itself is measured in the example's README (a random model never calls the tool)."""
+through ``run_cpu.sh`` (server mode, multi-turn, the calculator tool from a verl tool YAML). Asserts the plotted
+metrics exist and are finite, and — this run is also the CI test of ``main_ppo`` in server mode with tools — the
+agent-loop metrics, the engine's log-probs against the trainer's (``rollout_probs_diff_max_bound``: a stale or
+mismatched engine fails the run) and the weight sync. The learning itself is measured in the example's README (a
+random model never calls the tool)."""
 
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ def test_two_grpo_steps_with_the_calculator_tool_log_finite_reward_and_tool_metr
     overrides = ["data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-                 "data.max_response_length=48", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2"]
+                 "data.max_response_length=48", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+                 "actor_rollout_ref.rollout.calculate_log_probs=True", "trainer.rollout_probs_diff_max_bound=0.05"]
     proc = subprocess.run(["bash", str(EXAMPLE / "run_cpu.sh"), str(tmp_path), *overrides], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -50,5 +54,11 @@ def test_two_grpo_steps_with_the_calculator_tool_log_finite_reward_and_tool_metr
     assert [step for step, _ in scalars[plot.TRAIN_REWARD]] == [1, 2]
     assert [step for step, _ in scalars[plot.VAL_REWARD]] == [0, 2]  # before training and at the last step
     assert "num_turns/mean" in scalars
+    for tag in ("num_turns/mean", "agent_loop/tool_call_rate", "agent_loop/parse_failures",
+                "timing_s/agent_loop/generate_sequences/mean", "critic/score/mean", "actor/pg_loss"):
+        assert [step for step, _ in scalars[tag]] == [1, 2] and all(math.isfinite(v) for _, v in scalars[tag]), tag
+    assert all(value >= 2 for _, value in scalars["num_turns/min"])  # every trajectory is multi-turn
+    assert all(value < 0.05 for _, value in scalars["training/rollout_probs_diff_max"])
+    assert dict(scalars["rollout/weight_sync_verified_tensors"])[2] > 0  # step 2 serves step 1's update
     plot.plot({"smoke": scalars}, None, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000

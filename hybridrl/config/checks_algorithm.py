@@ -6,6 +6,7 @@ import difflib
 
 from omegaconf import DictConfig
 
+from hybridrl.algos.aggregation import LOSS_AGG_MODES
 from hybridrl.config.access import ACTOR, ROLLOUT, get
 from hybridrl.config.errors import ConfigProblem, warn_once
 
@@ -21,7 +22,6 @@ ADV_ESTIMATORS = (
     "grpo_passk",
     "gpg",
 )
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 
@@ -46,7 +46,16 @@ def check_algorithm(config: DictConfig, use_reference_policy: bool, use_critic: 
     _check_sampling(config, problems)
     _check_skip_old_log_prob(config, problems)
     _check_dual_clip(config, problems)
+    _check_dro_beta(config, problems)
     return problems
+
+
+def _check_dro_beta(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    """``policy_loss.loss_mode=dro`` needs ``policy_loss.dro_beta > 0`` (verl raises in the loss; caught here first)."""
+    key = f"{ACTOR}.policy_loss.dro_beta"
+    value = get(config, key)
+    if get(config, f"{ACTOR}.policy_loss.loss_mode") == "dro" and not (isinstance(value, (int, float)) and value > 0):
+        problems.append(ConfigProblem(key, f"loss_mode=dro needs a positive dro_beta, got {value}.", f"set {key}=<β > 0>."))
 
 
 def _check_dual_clip(config: DictConfig, problems: list[ConfigProblem]) -> None:

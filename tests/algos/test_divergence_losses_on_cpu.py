@@ -146,7 +146,7 @@ def test_registry_entry_is_the_pure_loss_with_verl_shape(name):
     gen = torch.Generator().manual_seed(0)
     old, new = -torch.rand(3, 4, generator=gen), -torch.rand(3, 4, generator=gen)
     adv, mask = torch.randn(3, 4, generator=gen), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
-    info = GlobalBatchInfo(dp_size=2, batch_num_tokens=20, global_batch_size=6)
+    info = GlobalBatchInfo(dp_size=2, batch_num_tokens=20, global_batch_size=4)  # ≠ this batch × 2 (18, 6)
     config = {**CONFIG, "global_batch_info": info.as_kwargs()}
     loss, metrics = fn(old, new, adv, mask, "token-mean", config)
     pure_loss, pure_metrics = PURE[name](old, new, adv, mask, global_batch=info, **_agg_kwargs(name))

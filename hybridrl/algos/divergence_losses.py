@@ -126,8 +126,17 @@ def dppo_tv_loss(
     with torch.no_grad():
         prob_gain = torch.exp(log_prob) - torch.exp(old_log_prob)  # p − p_old
         inside = torch.where(advantages > 0, prob_gain <= clip_ratio_high, prob_gain >= -clip_ratio_low)
-    return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, inside, clip_ratio_c, loss_agg_mode,
-                      rollout_is_weights, global_batch)
+    return _dppo_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        inside,
+        clip_ratio_c,
+        loss_agg_mode,
+        rollout_is_weights,
+        global_batch,
+    )
 
 
 def dppo_kl_loss(
@@ -156,8 +165,17 @@ def dppo_kl_loss(
         inside_pos = (binary_kl <= clip_ratio_high) | (prob <= old_prob)
         inside_neg = (binary_kl <= clip_ratio_low) | (prob >= old_prob)
         inside = torch.where(advantages > 0, inside_pos, inside_neg)
-    return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, inside, clip_ratio_c, loss_agg_mode,
-                      rollout_is_weights, global_batch)
+    return _dppo_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        inside,
+        clip_ratio_c,
+        loss_agg_mode,
+        rollout_is_weights,
+        global_batch,
+    )
 
 
 def dro_loss(

@@ -144,9 +144,7 @@ def bind_bypass_loss(correction: RolloutCorrectionParams, params: PolicyLossPara
     if correction.loss_type == "ppo_clip" and (params.clip_ratio_low is None or params.clip_ratio_high is None):
         raise ValueError("bypass_mode with loss_type=ppo_clip needs actor_rollout_ref.actor.clip_ratio.")
     hyper = {
-        field: getattr(params, field)
-        for field in (*_CLIP, "clip_ratio_c", *_AGG)
-        if getattr(params, field) is not None
+        field: getattr(params, field) for field in (*_CLIP, "clip_ratio_c", *_AGG) if getattr(params, field) is not None
     }
     hyper.setdefault("clip_ratio_low", 0.0)  # unused by reinforce; keeps one signature
     hyper.setdefault("clip_ratio_high", 0.0)

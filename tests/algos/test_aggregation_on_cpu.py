@@ -43,12 +43,15 @@ def test_dr_grpo_norm_is_verl_09s_scale_not_05s():
     assert agg_loss(LOSS, MASK, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 6, abs=ATOL)
 
 
-@pytest.mark.parametrize("mode, needs", [
-    ("token-mean", "batch_num_tokens"),
-    ("seq-mean-token-sum", "global_batch_size"),
-    ("seq-mean-token-mean", "global_batch_size"),
-    ("seq-mean-token-sum-norm", "global_batch_size"),
-])
+@pytest.mark.parametrize(
+    "mode, needs",
+    [
+        ("token-mean", "batch_num_tokens"),
+        ("seq-mean-token-sum", "global_batch_size"),
+        ("seq-mean-token-mean", "global_batch_size"),
+        ("seq-mean-token-sum-norm", "global_batch_size"),
+    ],
+)
 def test_dp_size_above_one_needs_the_global_count(mode, needs):
     with pytest.raises(ValueError, match=needs):
         agg_loss(LOSS, MASK, mode, dp_size=2)

@@ -123,8 +123,13 @@ def test_dro_needs_a_positive_beta(beta):
 # ---------------------------------------------------------------------------
 
 CONFIG = {
-    "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
-    "tau_pos": 1.0, "tau_neg": 1.05, "policy_loss": {"dro_beta": 0.5},
+    "clip_ratio": 0.2,
+    "clip_ratio_low": 0.2,
+    "clip_ratio_high": 0.2,
+    "clip_ratio_c": 3.0,
+    "tau_pos": 1.0,
+    "tau_neg": 1.05,
+    "policy_loss": {"dro_beta": 0.5},
 }
 PURE = {
     "sapo": lambda *t, **kw: sapo_loss(*t, tau_pos=1.0, tau_neg=1.05, **kw),
@@ -155,4 +160,3 @@ def test_registry_entry_is_the_pure_loss_with_verl_shape(name):
     assert not torch.allclose(loss, local_loss)  # config.global_batch_info was honoured
     assert metrics == {key: pytest.approx(value.item()) for key, value in pure_metrics.items()}
     assert all(isinstance(value, float) for value in metrics.values())
-

@@ -36,9 +36,7 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def mini_batch_info(
-    response_mask: torch.Tensor, dp_size: int, loss_scale_factor: float | None
-) -> GlobalBatchInfo:
+def mini_batch_info(response_mask: torch.Tensor, dp_size: int, loss_scale_factor: float | None) -> GlobalBatchInfo:
     """N, G and D of a mini-batch (module docstring); every rank must call it for the same mini-batch.
 
     Args:

@@ -26,8 +26,10 @@ def test_mini_batch_info_on_one_rank():
 def test_merge_adds_the_loss_terms_and_keeps_the_rest_per_micro_batch():
     micro = [{"actor/pg_loss": 0.25, "actor/pg_clipfrac": 0.5}, {"actor/pg_loss": 0.5, "actor/pg_clipfrac": 0.0}]
     assert merge_micro_batch_metrics(micro, summed=True) == {"actor/pg_loss": [0.75], "actor/pg_clipfrac": [0.5, 0.0]}
-    assert merge_micro_batch_metrics(micro, summed=False) == {"actor/pg_loss": [0.25, 0.5],
-                                                              "actor/pg_clipfrac": [0.5, 0.0]}
+    assert merge_micro_batch_metrics(micro, summed=False) == {
+        "actor/pg_loss": [0.25, 0.5],
+        "actor/pg_clipfrac": [0.5, 0.0],
+    }
 
 
 def _update(model, config, data):
@@ -63,8 +65,9 @@ def _legacy_token_mean(old_log_prob, log_prob, advantages, response_mask, loss_a
 seen_info: list[dict] = []
 
 
-def _v09_token_mean(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-                    rollout_is_weights=None):
+def _v09_token_mean(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """verl 0.9 style: the same loss, normalised by ``config.global_batch_info``; ``(loss, metrics)``."""
     seen_info.append(dict(config.global_batch_info))
     per_token = -advantages * torch.exp(log_prob - old_log_prob)
@@ -82,12 +85,14 @@ def user_losses():
 
 
 def test_a_verl_05_loss_keeps_05_weighting_and_a_09_loss_reads_global_batch_info(
-        user_losses, causal_lm, make_batch, make_actor_config):
+    user_losses, causal_lm, make_batch, make_actor_config
+):
     data = make_batch(batch_size=4)
 
     def run(mode, micro):
-        return _update(causal_lm, make_actor_config(policy_loss={"loss_mode": mode},
-                                                    ppo_micro_batch_size_per_gpu=micro), data)
+        return _update(
+            causal_lm, make_actor_config(policy_loss={"loss_mode": mode}, ppo_micro_batch_size_per_gpu=micro), data
+        )
 
     v09_split = run("test_v09_tm", 1)
     # 4 micro-batches, each told the mini-batch's counts: D = 1, N = 5 + 4 + 3 + 2 = 14, G = 4 rows

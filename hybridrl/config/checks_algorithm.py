@@ -6,7 +6,6 @@ import difflib
 
 from omegaconf import DictConfig
 
-from hybridrl.algos.aggregation import LOSS_AGG_MODES
 from hybridrl.config.access import ACTOR, ROLLOUT, get
 from hybridrl.config.errors import ConfigProblem, warn_once
 
@@ -22,6 +21,8 @@ ADV_ESTIMATORS = (
     "grpo_passk",
     "gpg",
 )
+# hybridrl.algos.aggregation.LOSS_AGG_MODES (config may not import the torch math; a test keeps the two equal)
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 

@@ -121,3 +121,9 @@ def test_global_batch_info_record():
     info = GlobalBatchInfo(dp_size=2, batch_num_tokens=10, global_batch_size=4, loss_scale_factor=None)
     assert info.as_kwargs() == {"dp_size": 2, "batch_num_tokens": 10, "global_batch_size": 4, "loss_scale_factor": None}
     assert info.is_global and not GlobalBatchInfo().is_global
+
+
+def test_config_validation_accepts_exactly_the_aggregation_modes():
+    from hybridrl.config import checks_algorithm
+
+    assert checks_algorithm.LOSS_AGG_MODES == LOSS_AGG_MODES

@@ -165,8 +165,10 @@ def _run_loss(fn: Any, x: dict[str, torch.Tensor], mode: str, config: Any, weigh
 
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a − b|; NaN on both sides counts as equal, NaN on one side as infinitely far."""
     both_nan = torch.isnan(a) & torch.isnan(b)
-    return float(torch.where(both_nan, torch.zeros_like(a), (a - b).abs()).max())
+    diff = torch.where(both_nan, torch.zeros_like(a), (a - b).abs())
+    return float(torch.nan_to_num(diff, nan=float("inf")).max())
 
 
 def compare_losses(verl: types.ModuleType, seeds: range) -> list[dict[str, Any]]:

@@ -9,10 +9,12 @@ registries and verl's config-taking signatures, is ``hybridrl.trainer.ppo.core_a
 Modules, by concept:
     advantages         advantage estimators (GAE, GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, pass@k)
     policy_losses      policy-gradient losses: PPO clip, GSPO, GPG, Clip-Cov, KL-Cov, GMPO, CISPO, REINFORCE
+    divergence_losses  losses bounded by a divergence or a soft gate: SAPO, DPPO-TV, DPPO-KL, DRO
     policy_loss_modes  ``loss_mode`` → the bound pure loss; the verl-signature registry object; the
                        adapter for user-registered verl-style losses
     params             the config boundary: ``PolicyLossParams``, read once from the actor section
-    aggregation        ``agg_loss``: per-token loss ``[B, T]`` → scalar (the four ``loss_agg_mode``)
+    aggregation        ``agg_loss``: per-token loss ``[B, T]`` → scalar (the five ``loss_agg_mode``), normalised by
+                       the global mini-batch (``GlobalBatchInfo``), as verl 0.9
     kl                 KL estimators (k1, k2, k3, abs, straight-through) and KL-coefficient controllers
     value_loss         the critic's clipped value loss
     dpo_losses         DPO-family preference losses (sigmoid/cDPO, IPO, hinge)

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PolicyLossParams", "config_value", "policy_loss_params"]
+from hybridrl.algos.aggregation import GlobalBatchInfo
+
+__all__ = ["PolicyLossParams", "config_value", "global_batch_info", "policy_loss_params"]
 
 
 def config_value(config: Any, key: str, default: Any = None) -> Any:
@@ -35,16 +37,19 @@ def _float_or_none(value: Any) -> float | None:
 class PolicyLossParams:
     """Hyper-parameters of the built-in policy losses (``actor_rollout_ref.actor``); None = the function's default."""
 
-    loss_agg_mode: str  # token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg_mode: str  # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
     clip_ratio_low: float | None  # ε_low: ρ ≥ 1 − ε_low (falls back to clip_ratio)
     clip_ratio_high: float | None  # ε_high: ρ ≤ 1 + ε_high (falls back to clip_ratio)
-    clip_ratio_c: float | None  # dual-clip bound c > 1
-    loss_scale_factor: float | None  # constant divisor of seq-mean-token-sum-norm (None: T)
+    clip_ratio_c: float | None  # dual-clip bound c > 1 (DPPO: the truncation of its importance weight)
+    loss_scale_factor: float | None  # constant divisor of seq-mean-token-sum-norm (None: T); per-call, not bound
     clip_cov_ratio: float | None  # Clip-Cov: share of tokens detached
     clip_cov_lb: float | None  # Clip-Cov: covariance window, lower bound
     clip_cov_ub: float | None  # Clip-Cov: covariance window, upper bound
     kl_cov_ratio: float | None  # KL-Cov: share of tokens penalised
     ppo_kl_coef: float | None  # KL-Cov: coefficient of the |log ρ| penalty
+    tau_pos: float | None = None  # SAPO: gate temperature of tokens with A > 0
+    tau_neg: float | None = None  # SAPO: gate temperature of tokens with A ≤ 0
+    dro_beta: float | None = None  # DRO: coefficient β of the ½ β (log ρ)² penalty
 
 
 def policy_loss_params(config: Any, loss_agg_mode: str) -> PolicyLossParams:
@@ -66,4 +71,14 @@ def policy_loss_params(config: Any, loss_agg_mode: str) -> PolicyLossParams:
         clip_cov_ub=_float_or_none(config_value(policy_loss, "clip_cov_ub")),
         kl_cov_ratio=_float_or_none(config_value(policy_loss, "kl_cov_ratio")),
         ppo_kl_coef=_float_or_none(config_value(policy_loss, "ppo_kl_coef")),
+        tau_pos=_float_or_none(config_value(config, "tau_pos")),
+        tau_neg=_float_or_none(config_value(config, "tau_neg")),
+        dro_beta=_float_or_none(config_value(policy_loss, "dro_beta")),
     )
+
+
+def global_batch_info(config: Any) -> GlobalBatchInfo:
+    """``config.global_batch_info`` (verl 0.9's dict: dp_size, batch_num_tokens, global_batch_size,
+    loss_scale_factor) as a record; absent or empty: normalise by the micro-batch alone, as verl 0.9 does."""
+    info = config_value(config, "global_batch_info") or {}
+    return GlobalBatchInfo(**{key: info[key] for key in GlobalBatchInfo.__dataclass_fields__ if key in info})

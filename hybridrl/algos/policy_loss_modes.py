@@ -3,20 +3,25 @@
 Two kinds of policy loss reach the actor, and both come out as one callable::
 
     loss_fn(old_log_prob [B, T], log_prob [B, T], advantages [B, T], response_mask [B, T],
-            rollout_is_weights=None | [B, T])
-        -> (loss [], metrics {"actor/pg_clipfrac": [], "actor/ppo_kl": [], "actor/pg_clipfrac_lower": []})
+            rollout_is_weights=None | [B, T], global_batch=GlobalBatchInfo(...))
+        -> (loss [], metrics {"actor/pg_clipfrac": [], "actor/ppo_kl": [], ...})
 
-``rollout_is_weights`` (rollout correction, decoupled mode) is passed only when the batch carries them; a
-user loss gets them only if its signature takes ``rollout_is_weights`` (verl 0.9's), else the call fails
-with a clear error. Bypass mode replaces the loss: :func:`bind_bypass_loss`.
+``global_batch`` (``aggregation.GlobalBatchInfo``) carries the mini-batch's normalisers, which change per
+mini-batch, so they are passed per call; ``rollout_is_weights`` (rollout correction, decoupled mode) is passed
+only when the batch carries them. Bypass mode replaces the loss: :func:`bind_bypass_loss`.
 
-* a built-in mode (``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``):
-  :func:`bind_policy_loss` returns the pure function of ``policy_losses`` with its hyper-parameters
-  bound (a ``functools.partial``);
+* a built-in mode (``vanilla``, ``gspo``, ``gpg``, ``clip_cov``, ``kl_cov``, ``geo_mean``, ``cispo``, ``sapo``,
+  ``dppo_tv``, ``dppo_kl``, ``dro``): :func:`bind_policy_loss` returns the pure function of ``policy_losses`` /
+  ``divergence_losses`` with its hyper-parameters bound (a ``functools.partial``);
 * a user loss registered with verl's ``core_algos.register_policy_loss`` (verl's signature
-  ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)`` returning verl 0.5's
-  4-tuple ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``): :func:`call_verl_style_loss` turns its
-  result into ``(loss, metrics)`` under the same metric names.
+  ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config[, rollout_is_weights])``):
+  :func:`call_verl_style_loss` calls it and accepts both return shapes —
+
+  - verl 0.9's ``(loss, metrics)``: the loss is taken to normalise by ``config.global_batch_info``, which is set
+    before each call as verl 0.9's actor does, so it is used as it is;
+  - verl 0.5's 4-tuple ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``: such a loss normalises by its own
+    micro-batch, so it is weighted by the micro-batch's share of the mini-batch (verl 0.5's gradient
+    accumulation weight) and its metrics get verl's names.
 
 ``POLICY_LOSS_REGISTRY`` holds verl-signature functions by mode: it is the very dict that
 ``hybridrl.trainer.ppo.core_algos`` publishes as its module global of the same name, so a loss a user
@@ -36,7 +41,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from hybridrl.algos.params import PolicyLossParams, policy_loss_params
+from hybridrl.algos.aggregation import LOCAL_BATCH, GlobalBatchInfo
+from hybridrl.algos.divergence_losses import dppo_kl_loss, dppo_tv_loss, dro_loss, sapo_loss
+from hybridrl.algos.params import PolicyLossParams, config_value, policy_loss_params
 from hybridrl.algos.policy_losses import (
     Metrics,
     cispo_loss,
@@ -53,6 +60,7 @@ __all__ = [
     "BUILTIN_LOSS_MODES",
     "POLICY_LOSS_REGISTRY",
     "BoundPolicyLoss",
+    "ConfigWithBatchInfo",
     "VerlLossTuple",
     "VerlPolicyLossFn",
     "as_verl_tuple",
@@ -74,8 +82,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 POLICY_LOSS_REGISTRY: dict[str, VerlPolicyLossFn] = {}
 
 _CLIP = ("clip_ratio_low", "clip_ratio_high")
-_AGG = ("loss_agg_mode", "loss_scale_factor")
-# loss_mode → (pure loss, the PolicyLossParams fields it takes). geo_mean and gspo aggregate their own way.
+_AGG = ("loss_agg_mode",)  # loss_scale_factor travels per call, in global_batch
+# loss_mode → (pure loss, the PolicyLossParams fields it takes). geo_mean, gspo and sapo aggregate their own way.
 _MODES: dict[str, tuple[Callable[..., tuple[torch.Tensor, Metrics]], tuple[str, ...]]] = {
     "vanilla": (ppo_clip_loss, (*_CLIP, "clip_ratio_c", *_AGG)),
     "gspo": (gspo_loss, _CLIP),
@@ -84,7 +92,13 @@ _MODES: dict[str, tuple[Callable[..., tuple[torch.Tensor, Metrics]], tuple[str, 
     "kl_cov": (kl_cov_loss, ("kl_cov_ratio", "ppo_kl_coef", *_AGG)),
     "geo_mean": (geo_mean_loss, _CLIP),
     "cispo": (cispo_loss, (*_CLIP, *_AGG)),
+    "sapo": (sapo_loss, ("tau_pos", "tau_neg")),
+    "dppo_tv": (dppo_tv_loss, (*_CLIP, "clip_ratio_c", *_AGG)),
+    "dppo_kl": (dppo_kl_loss, (*_CLIP, "clip_ratio_c", *_AGG)),
+    "dro": (dro_loss, ("dro_beta", *_AGG)),
 }
+# geo_mean ignores the global normalisers (a plain mean, as verl 0.9); it takes no global_batch argument
+_LOCAL_ONLY_MODES = frozenset({"geo_mean"})
 BUILTIN_LOSS_MODES: tuple[str, ...] = tuple(_MODES)
 _BUILTIN_ATTRIBUTE = "builtin_loss_mode"
 
@@ -107,7 +121,17 @@ def bind_policy_loss(loss_mode: str, params: PolicyLossParams) -> BoundPolicyLos
             "(or clip_ratio_low and clip_ratio_high); pass the actor config as `config`."
         )
     hyper = {field: getattr(params, field) for field in fields if getattr(params, field) is not None}
-    return functools.partial(loss_fn, **hyper)
+    bound = functools.partial(loss_fn, **hyper)
+    return _ignoring_global_batch(bound) if loss_mode in _LOCAL_ONLY_MODES else bound
+
+
+def _ignoring_global_batch(loss_fn: BoundPolicyLoss) -> BoundPolicyLoss:
+    """``loss_fn`` accepting (and ignoring) ``global_batch``, so every bound loss takes the same arguments."""
+
+    def call(*args: Any, global_batch: GlobalBatchInfo = LOCAL_BATCH, **kwargs: Any) -> tuple[torch.Tensor, Metrics]:
+        return loss_fn(*args, **kwargs)
+
+    return call
 
 
 def bind_bypass_loss(correction: RolloutCorrectionParams, params: PolicyLossParams) -> BoundPolicyLoss:
@@ -120,9 +144,7 @@ def bind_bypass_loss(correction: RolloutCorrectionParams, params: PolicyLossPara
     if correction.loss_type == "ppo_clip" and (params.clip_ratio_low is None or params.clip_ratio_high is None):
         raise ValueError("bypass_mode with loss_type=ppo_clip needs actor_rollout_ref.actor.clip_ratio.")
     hyper = {
-        field: getattr(params, field)
-        for field in (*_CLIP, "clip_ratio_c", *_AGG)
-        if getattr(params, field) is not None
+        field: getattr(params, field) for field in (*_CLIP, "clip_ratio_c", *_AGG) if getattr(params, field) is not None
     }
     hyper.setdefault("clip_ratio_low", 0.0)  # unused by reinforce; keeps one signature
     hyper.setdefault("clip_ratio_high", 0.0)
@@ -134,6 +156,37 @@ def as_verl_tuple(loss: torch.Tensor, metrics: Metrics) -> VerlLossTuple:
     return loss, metrics["actor/pg_clipfrac"], metrics["actor/ppo_kl"], metrics["actor/pg_clipfrac_lower"]
 
 
+class ConfigWithBatchInfo:
+    """The actor section as a user loss sees it: every key of ``config``, plus verl 0.9's ``global_batch_info``.
+
+    verl 0.9's losses aggregate with ``agg_loss(..., **config.global_batch_info)``; the actor sets that dict
+    before each call. The section itself (an OmegaConf node in struct mode, a dict, a dataclass) stays untouched.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self._config = config
+        self.global_batch_info: dict[str, Any] = LOCAL_BATCH.as_kwargs()
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self._config, key) if not isinstance(self._config, dict) else self._config[key]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.global_batch_info if key == "global_batch_info" else self._config[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key == "global_batch_info" or key in self._config
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.global_batch_info if key == "global_batch_info" else config_value(self._config, key, default)
+
+
+def _micro_batch_share(rows: int, global_batch: GlobalBatchInfo) -> float:
+    """B_micro / B_mini_per_rank = B_micro · D / G: verl 0.5's gradient-accumulation weight (1 without G)."""
+    if global_batch.global_batch_size is None:
+        return 1.0
+    return rows * global_batch.dp_size / float(global_batch.global_batch_size)
+
+
 def call_verl_style_loss(
     loss_fn: VerlPolicyLossFn,
     old_log_prob: torch.Tensor,
@@ -143,11 +196,14 @@ def call_verl_style_loss(
     loss_agg_mode: str,
     config: Any,
     rollout_is_weights: torch.Tensor | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
 ) -> tuple[torch.Tensor, Metrics]:
-    """Call a verl-signature loss and return ``(loss, metrics)``.
+    """Call a verl-signature loss and return ``(loss, metrics)`` (both return shapes: see the module docstring).
 
-    verl 0.5 losses return ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``; later verl returns
-    ``(pg_loss, metrics_dict)``, whose keys are kept as they are. Metrics are detached.
+    ``config`` is given to the loss as a :class:`ConfigWithBatchInfo` whose ``global_batch_info`` is
+    ``global_batch``. A verl 0.9 ``(loss, metrics)`` result is returned as it is (metrics detached); a verl 0.5
+    4-tuple's loss is multiplied by the micro-batch's share of the mini-batch (B_micro · D / G), which turns its
+    own-micro-batch mean into the partial sum the actor accumulates.
 
     Raises:
         ValueError: ``rollout_is_weights`` given to a loss whose signature does not take them.
@@ -161,12 +217,14 @@ def call_verl_style_loss(
                 "(verl 0.9's signature) or set algorithm.rollout_correction.rollout_is=null."
             )
         extra["rollout_is_weights"] = rollout_is_weights
-    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, **extra)
+    view = config if isinstance(config, ConfigWithBatchInfo) else ConfigWithBatchInfo(config)
+    view.global_batch_info = global_batch.as_kwargs()
+    result = loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, view, **extra)
     if len(result) == 2 and isinstance(result[1], dict):
         loss, raw = result
         return loss, {key: torch.as_tensor(value).detach() for key, value in raw.items()}
     loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower = result
-    return loss, {
+    return loss * _micro_batch_share(int(advantages.shape[0]), global_batch), {
         "actor/pg_clipfrac": torch.as_tensor(pg_clipfrac).detach(),
         "actor/ppo_kl": torch.as_tensor(ppo_kl).detach(),
         "actor/pg_clipfrac_lower": torch.as_tensor(pg_clipfrac_lower).detach(),
@@ -194,4 +252,6 @@ def resolve_policy_loss(loss_mode: str, config: Any, loss_agg_mode: str) -> Boun
     registered = POLICY_LOSS_REGISTRY.get(loss_mode)
     if registered is None or getattr(registered, _BUILTIN_ATTRIBUTE, None) == loss_mode:
         return bind_policy_loss(loss_mode, policy_loss_params(config, loss_agg_mode))
-    return functools.partial(call_verl_style_loss, registered, loss_agg_mode=loss_agg_mode, config=config)
+    return functools.partial(
+        call_verl_style_loss, registered, loss_agg_mode=loss_agg_mode, config=ConfigWithBatchInfo(config)
+    )

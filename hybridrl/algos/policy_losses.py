@@ -25,8 +25,11 @@ Rollout correction (verl 0.9, ``hybridrl.algos.rollout_correction``): every loss
 ``[B, T]`` (or None) and multiplies its per-token loss by it before aggregation; GMPO, whose loss is per
 sequence, multiplies by each sequence's geometric-mean weight. None leaves the loss bit-for-bit unchanged.
 
-Not ported (later verl only): the global-batch ``agg_loss`` arguments (dp_size, batch_num_tokens) and the
-optimal-token-baseline / GDPO / SAPO / DPPO families.
+Global-batch normalisation (verl 0.9): every loss that aggregates with ``agg_loss`` takes ``global_batch``
+(``aggregation.GlobalBatchInfo``: dp_size, batch_num_tokens, global_batch_size, loss_scale_factor), so a
+micro-batch's loss is its share of the mini-batch loss; the default normalises by the micro-batch alone.
+GMPO keeps a plain mean over the micro-batch's sequences, as verl 0.9 does (its gradient therefore still
+grows with the number of micro-batches). SAPO, DPPO and DRO are in ``divergence_losses``.
 
 Notation:
     B: batch size, T: response length; all tensors below are ``[B, T]`` unless stated.
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.algos.aggregation import agg_loss
+from hybridrl.algos.aggregation import LOCAL_BATCH, GlobalBatchInfo, agg_loss
 from hybridrl.utils import torch_functional as verl_F
 
 __all__ = [
@@ -96,7 +99,7 @@ def ppo_clip_loss(
     clip_ratio_high: float,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """PPO clipped surrogate with asymmetric clip (DAPO clip-higher) and dual clip.
@@ -120,7 +123,7 @@ def ppo_clip_loss(
     loss_dual_bound = -advantages * clip_ratio_c
     loss_dual = torch.min(loss_dual_bound, loss_ppo)
     per_token = _weighted(torch.where(advantages < 0, loss_dual, loss_ppo), rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, **global_batch.as_kwargs())
     with torch.no_grad():
         ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
         clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
@@ -137,6 +140,7 @@ def gspo_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     rollout_is_weights: torch.Tensor | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
 ) -> tuple[torch.Tensor, Metrics]:
     """GSPO (Zheng et al. 2025, arXiv 2507.18071): sequence-level ratio, token-level gradient.
 
@@ -155,7 +159,7 @@ def gspo_loss(
     loss_unclipped = -advantages * seq_ratio
     loss_clipped = -advantages * torch.clamp(seq_ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     per_token = _weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, "seq-mean-token-mean")
+    loss = agg_loss(per_token, response_mask, "seq-mean-token-mean", **global_batch.as_kwargs())
     with torch.no_grad():
         clipfrac = verl_F.masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
         ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
@@ -168,7 +172,7 @@ def gpg_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GPG (Chu et al. 2025, arXiv 2504.02546): plain policy gradient, L = −A log π (no ratio, no clip).
@@ -176,11 +180,11 @@ def gpg_loss(
     ``old_log_prob`` is not used; it keeps the one signature every loss of this module shares.
 
     Returns:
-        loss ``[]``; metrics all 0 (verl reports zeros).
+        loss ``[]``; no metrics (verl 0.9 reports none for GPG).
     """
     per_token = _weighted(-log_prob * advantages, rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
-    return loss, _metrics(_zero(loss), _zero(loss), _zero(loss))
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, **global_batch.as_kwargs())
+    return loss, {}
 
 
 def cispo_loss(
@@ -191,7 +195,7 @@ def cispo_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """CISPO (MiniMax-M1, arXiv 2506.13585): clipped importance weight, gradient through log π only.
@@ -205,7 +209,7 @@ def cispo_loss(
     ratio = torch.exp(log_ratio)
     clipped_ratio = torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     per_token = _weighted(-clipped_ratio.detach() * advantages * log_prob, rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, **global_batch.as_kwargs())
     with torch.no_grad():
         clipfrac = verl_F.masked_mean((ratio != clipped_ratio).float(), response_mask)
         ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
@@ -270,7 +274,7 @@ def clip_cov_loss(
     clip_cov_lb: float = 1.0,
     clip_cov_ub: float = 5.0,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
     generator: torch.Generator | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
@@ -282,7 +286,7 @@ def clip_cov_loss(
     ρ is not clamped here (as verl).
 
     Returns:
-        loss ``[]``; metrics: pg_clipfrac = mean_m[token detached], ppo_kl, pg_clipfrac_lower = 0.
+        loss ``[]``; metrics: pg_clipfrac = mean_m[token detached], ppo_kl (verl 0.9's two).
     """
     if not clip_cov_ratio > 0:
         raise ValueError(f"actor_rollout_ref.actor.policy_loss.clip_cov_ratio must be > 0, got {clip_cov_ratio}.")
@@ -302,11 +306,11 @@ def clip_cov_loss(
         keep[chosen] = 0
         keep = keep.view_as(advantages)
     per_token = _weighted(torch.maximum(loss_unclipped, loss_clipped) * keep, rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, **global_batch.as_kwargs())
     with torch.no_grad():
         clipfrac = verl_F.masked_mean((keep == 0).float(), response_mask)
         ppo_kl = verl_F.masked_mean(-log_ratio, response_mask)
-    return loss, _metrics(clipfrac, ppo_kl, _zero(loss))
+    return loss, {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": ppo_kl}  # verl 0.9 reports no clipfrac_lower
 
 
 def kl_cov_loss(
@@ -317,7 +321,7 @@ def kl_cov_loss(
     kl_cov_ratio: float = 0.0002,
     ppo_kl_coef: float = 1.0,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """KL-Cov (Cui et al. 2025, arXiv 2505.22617): unclipped −A ρ, with a |log ρ| penalty on the
@@ -327,8 +331,7 @@ def kl_cov_loss(
     all others L = −A ρ. ρ is not clamped here (as verl).
 
     Returns:
-        loss ``[]``; metrics: pg_clipfrac = 0, ppo_kl = mean_m |log ρ| (verl reports the absolute KL),
-        pg_clipfrac_lower = 0.
+        loss ``[]``; metrics: ppo_kl = mean_m |log ρ| only (verl 0.9 reports the absolute KL, nothing else).
     """
     if not kl_cov_ratio > 0:
         raise ValueError(f"actor_rollout_ref.actor.policy_loss.kl_cov_ratio must be > 0, got {kl_cov_ratio}.")
@@ -348,10 +351,10 @@ def kl_cov_loss(
             selected[valid_flat[torch.topk(cov, top_k, largest=True).indices]] = True
         selected = selected.view_as(advantages)
     per_token = _weighted(torch.where(selected, loss_penalised, loss_plain), rollout_is_weights)
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor)
+    loss = agg_loss(per_token, response_mask, loss_agg_mode, **global_batch.as_kwargs())
     with torch.no_grad():
         ppo_kl_abs = verl_F.masked_mean(log_ratio.abs(), response_mask)
-    return loss, _metrics(_zero(loss), ppo_kl_abs, _zero(loss))
+    return loss, {"actor/ppo_kl": ppo_kl_abs}  # verl 0.9 reports only this one
 
 
 def reinforce_loss(
@@ -360,7 +363,7 @@ def reinforce_loss(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """REINFORCE with an optional rollout IS weight: L = −w · A · log π   (w = 1 without weights).
@@ -370,7 +373,7 @@ def reinforce_loss(
     Returns:
         loss ``[]``; metrics: ppo_kl = mean_m(log π_old − log π) (verl reports only this one).
     """
-    loss, _ = gpg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, loss_scale_factor,
+    loss, _ = gpg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, global_batch,
                        rollout_is_weights)  # the same loss: −w·A·log π; only the metrics differ
     with torch.no_grad():
         ppo_kl = verl_F.masked_mean(old_log_prob - log_prob, response_mask)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hybridrl.algos.aggregation import LOCAL_BATCH, GlobalBatchInfo
 from hybridrl.algos.policy_losses import Metrics, ppo_clip_loss, reinforce_loss
 from hybridrl.algos.rollout_correction_config import (
     BYPASS_LOSS_TYPES,
@@ -140,7 +141,7 @@ def bypass_policy_loss(
     clip_ratio_high: float,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
+    global_batch: GlobalBatchInfo = LOCAL_BATCH,
 ) -> tuple[torch.Tensor, Metrics]:
     """Bypass mode's policy loss (``old_log_prob`` holds the rollout's log-probs).
 
@@ -160,7 +161,7 @@ def bypass_policy_loss(
             advantages,
             correction.response_mask,
             loss_agg_mode=loss_agg_mode,
-            loss_scale_factor=loss_scale_factor,
+            global_batch=global_batch,
             rollout_is_weights=correction.weights,
         )
     else:
@@ -173,6 +174,6 @@ def bypass_policy_loss(
             clip_ratio_high,
             clip_ratio_c,
             loss_agg_mode,
-            loss_scale_factor,
+            global_batch,
         )
     return loss, {**metrics, **{key: torch.tensor(value) for key, value in correction.metrics.items()}}

@@ -28,7 +28,8 @@ ADV_ESTIMATORS = (
 )
 # Estimators that read Σπ² per token from the actor's log-prob pass.
 SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# hybridrl.algos.aggregation.LOSS_AGG_MODES (config may not import the torch math; a test keeps the two equal)
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 
@@ -54,6 +55,7 @@ def check_algorithm(config: DictConfig, use_reference_policy: bool, use_critic: 
     _check_sampling(config, problems)
     _check_skip_old_log_prob(config, problems)
     _check_dual_clip(config, problems)
+    _check_dro_beta(config, problems)
     return problems
 
 
@@ -76,6 +78,16 @@ def _check_estimator_inputs(config: DictConfig, estimator: object, problems: lis
                 f"{estimator} weighs returns by Σπ² per token, which the actor computes only with {key}=True.",
                 f"set {key}=True.",
             )
+        )
+
+
+def _check_dro_beta(config: DictConfig, problems: list[ConfigProblem]) -> None:
+    """``policy_loss.loss_mode=dro`` needs ``policy_loss.dro_beta > 0`` (verl raises in the loss; caught here first)."""
+    key = f"{ACTOR}.policy_loss.dro_beta"
+    value = get(config, key)
+    if get(config, f"{ACTOR}.policy_loss.loss_mode") == "dro" and not (isinstance(value, (int, float)) and value > 0):
+        problems.append(
+            ConfigProblem(key, f"loss_mode=dro needs a positive dro_beta, got {value}.", f"set {key}=<β > 0>.")
         )
 
 

@@ -212,7 +212,8 @@ def test_ppo_clip_multiplies_each_tokens_loss_by_the_weight():
 @pytest.mark.parametrize("mode", policy_loss_modes.BUILTIN_LOSS_MODES)
 def test_every_builtin_loss_scales_with_the_weights(mode):
     """A weight of 2 on every token doubles each loss (GMPO: the geometric mean of 2s is 2)."""
-    params = policy_loss_params({"clip_ratio": 0.2, "policy_loss": {"clip_cov_ratio": 0.5, "kl_cov_ratio": 0.5}},
+    params = policy_loss_params({"clip_ratio": 0.2, "policy_loss": {"clip_cov_ratio": 0.5, "kl_cov_ratio": 0.5,
+                                                                    "dro_beta": 0.5}},
                                 "token-mean")
     loss_fn = policy_loss_modes.bind_policy_loss(mode, params)
     gen = torch.Generator().manual_seed(0)

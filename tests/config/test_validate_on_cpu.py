@@ -67,7 +67,8 @@ CASES = [
     ),
     (["algorithm.adv_estimator=gae", "critic.enable=False"], "algorithm.adv_estimator", "critic.enable=True"),
     (["algorithm.adv_estimator=grop"], "algorithm.adv_estimator", "did you mean algorithm.adv_estimator=grpo"),
-    (["actor_rollout_ref.actor.loss_agg_mode=token-sum"], "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+    (["actor_rollout_ref.actor.loss_agg_mode=token-summ"], "actor_rollout_ref.actor.loss_agg_mode", "token-sum"),
+    (["actor_rollout_ref.actor.policy_loss.loss_mode=dro"], "actor_rollout_ref.actor.policy_loss.dro_beta", "dro_beta=<β > 0>"),
     (
         ["algorithm.adv_estimator=gae", "critic.enable_resource_pool=True", "critic.n_gpus_per_node=1"],
         "critic.nnodes",

@@ -78,10 +78,10 @@ def policy_loss(config, data: DataProto, log_prob: torch.Tensor) -> tuple[torch.
 def check_drgrpo(config) -> None:
     data, adv = advantages(config)
     torch.testing.assert_close(adv, CENTRED)  # no division by the group std
-    # ratio 1 → token loss −A; seq-mean-token-sum-norm = Σ_i Σ_t (−A_i)·m_it / R
-    # Σ A_i·L_i = 1.5 − 1 − 1.5 + .5 + 3 + 3 − 2 − 3 = 0.5 → loss = −0.5 / 3
+    # ratio 1 → token loss −A; seq-mean-token-sum-norm = Σ_i Σ_t (−A_i)·m_it / (B · R)   (verl 0.9: B = 8 rows)
+    # Σ A_i·L_i = 1.5 − 1 − 1.5 + .5 + 3 + 3 − 2 − 3 = 0.5 → loss = −0.5 / (8 · 3)
     pg_loss = policy_loss(config, data, torch.zeros(8, 3))[0]
-    torch.testing.assert_close(pg_loss, torch.tensor(-0.5 / 3))
+    torch.testing.assert_close(pg_loss, torch.tensor(-0.5 / 24))
 
 
 def check_rloo(config) -> None:
@@ -120,8 +120,8 @@ def check_gspo(config) -> None:
     # sequence 0 (A > 0) has log-ratio 0.01 on every token → s_0 = e^0.01 ≈ 1.01 > 1 + 0.0004: clipped
     log_prob = torch.zeros(8, 3)
     log_prob[0] = 0.01
-    _, clipfrac, _, _ = policy_loss(config, data, log_prob)
-    assert clipfrac > 0
+    _, metrics = policy_loss(config, data, log_prob)  # verl 0.9's (loss, metrics)
+    assert metrics["actor/pg_clipfrac"] > 0
     assert config.actor_rollout_ref.actor.clip_ratio_high == 0.0004
 
 

@@ -121,10 +121,10 @@ def check_gspo(steps: list[dict[str, float]], vocab_size: int) -> None:
 
 
 def check_gpg(steps: list[dict[str, float]], vocab_size: int) -> None:
-    """loss_mode=gpg is −A·log π with no ratio: clip fractions and ppo_kl are reported as exactly 0 (a ratio
-    loss reports a non-zero ppo_kl once the second mini-batch is off-policy), while the loss is not 0."""
+    """loss_mode=gpg is −A·log π with no ratio: it reports no clip fraction and no ppo_kl (verl 0.9's GPG returns
+    no metrics; a ratio loss reports them every step), while the loss is not 0."""
     for step in steps:
-        assert step["actor/ppo_kl"] == 0 and step["actor/pg_clipfrac"] == 0 and step["actor/pg_clipfrac_lower"] == 0
+        assert not {"actor/ppo_kl", "actor/pg_clipfrac", "actor/pg_clipfrac_lower"} & set(step), sorted(step)
     assert any(s["actor/pg_loss"] != 0 for s in steps)
     _assert_no_kl(steps)
 

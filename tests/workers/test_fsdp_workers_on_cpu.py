@@ -78,7 +78,8 @@ def test_update_actor_returns_verl_metrics_and_changes_log_probs(actor_worker):
     metrics = actor_worker.update_actor(data).meta_info["metrics"]
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "actor/grad_norm"):
         assert key in metrics
-    assert len(metrics["actor/pg_loss"]) == 2  # mini 4 / micro 2
+    assert len(metrics["actor/pg_clipfrac"]) == 2  # mini 4 / micro 2
+    assert len(metrics["actor/pg_loss"]) == 1  # the mini-batch loss, its micro-batch shares added (verl 0.9)
     assert metrics["actor/lr"] == pytest.approx(1e-3)
     assert {"perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb"} <= set(metrics)
     after = actor_worker.compute_log_prob(ppo_batch(seed=1)).batch["old_log_probs"]

@@ -13,7 +13,11 @@ Signatures (the user extension points, as verl 0.5):
     estimator:   fn(token_level_rewards [B, T], response_mask [B, T], index [B], ..., config, **kwargs)
                  -> (advantages [B, T], returns [B, T])
     policy loss: fn(old_log_prob [B, T], log_prob [B, T], advantages [B, T], response_mask [B, T],
-                    loss_agg_mode: str, config) -> (pg_loss [], pg_clipfrac [], ppo_kl [], pg_clipfrac_lower [])
+                    loss_agg_mode: str, config, rollout_is_weights=None) -> (pg_loss [], metrics {name: float})
+                 (verl 0.9's shape; the actor also accepts a user loss returning verl 0.5's 4-tuple
+                 (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)). The built-in losses normalise by
+                 ``config.global_batch_info`` (verl 0.9: dp_size, batch_num_tokens, global_batch_size,
+                 loss_scale_factor), which the actor fills per mini-batch; absent, by the micro-batch alone.
 
 ``POLICY_LOSS_REGISTRY`` is the dict ``hybridrl.algos.policy_loss_modes`` holds, so the actor (which
 imports only ``hybridrl.algos``) sees the losses users register here; it calls the pure loss for the
@@ -35,10 +39,10 @@ import torch
 
 from hybridrl.algos import advantages as adv
 from hybridrl.algos.advantages import GroupIndex, compute_gae_advantage_return
-from hybridrl.algos.aggregation import LOSS_AGG_MODES, agg_loss
+from hybridrl.algos.aggregation import LOSS_AGG_MODES, GlobalBatchInfo, agg_loss
 from hybridrl.algos.dpo_losses import DPO_LOSS_REGISTRY, compute_dpo_loss, get_dpo_loss_fn
 from hybridrl.algos.kl import AdaptiveKLController, FixedKLController, kl_penalty, kl_penalty_forward
-from hybridrl.algos.params import config_value, policy_loss_params
+from hybridrl.algos.params import config_value, global_batch_info, policy_loss_params
 from hybridrl.algos.policy_loss_modes import (
     POLICY_LOSS_REGISTRY,
     VerlLossTuple,
@@ -80,10 +84,14 @@ __all__ = [
     "compute_policy_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
+    "compute_policy_loss_dro",
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_kl_cov",
+    "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage",
@@ -373,10 +381,10 @@ def compute_multi_turn_optimal_token_baseline_advantage(
 
 
 def _verl_signature_loss(loss_mode: str, summary: str, default_agg: str = "token-mean") -> VerlPolicyLossFn:
-    """The registered entry point of a built-in mode: verl's signature, verl 0.5's 4-tuple, the pure loss inside.
+    """The registered entry point of a built-in mode: verl 0.9's signature and ``(loss, metrics)`` return.
 
-    It reads the actor config (``clip_ratio*``, ``policy_loss.*``, ``loss_scale_factor``) on every call
-    and is marked built-in, so the actor binds the pure loss once instead of calling this.
+    It reads the actor config (``clip_ratio*``, ``tau_*``, ``policy_loss.*``, ``global_batch_info``) on every
+    call and is marked built-in, so the actor binds the pure loss once instead of calling this.
     """
 
     def policy_loss(
@@ -386,20 +394,32 @@ def _verl_signature_loss(loss_mode: str, summary: str, default_agg: str = "token
         response_mask: torch.Tensor,
         loss_agg_mode: str = default_agg,
         config: Any = None,
-    ) -> VerlLossTuple:
+        rollout_is_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         loss_fn = bind_policy_loss(loss_mode, policy_loss_params(config, loss_agg_mode))
-        return as_verl_tuple(*loss_fn(old_log_prob, log_prob, advantages, response_mask))
+        loss, metrics = loss_fn(old_log_prob, log_prob, advantages, response_mask,
+                                rollout_is_weights=rollout_is_weights, global_batch=global_batch_info(config))
+        return loss, {key: float(value) for key, value in metrics.items()}
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"compute_policy_loss_{loss_mode}"
-    policy_loss.__doc__ = f"{summary} Returns (pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)."
+    policy_loss.__doc__ = f"{summary} Returns (pg_loss, metrics), verl 0.9's shape."
     return register_policy_loss(loss_mode)(mark_builtin_adapter(loss_mode)(policy_loss))
 
 
 compute_policy_loss_vanilla = _verl_signature_loss("vanilla", "PPO clip + dual clip (``policy_losses.ppo_clip_loss``).")
+compute_policy_loss_dppo_tv = _verl_signature_loss(
+    "dppo_tv", "DPPO-Binary-TV (``divergence_losses.dppo_tv_loss``; clip_ratio_* are TV thresholds)."
+)
+compute_policy_loss_dppo_kl = _verl_signature_loss(
+    "dppo_kl", "DPPO-Binary-KL (``divergence_losses.dppo_kl_loss``; clip_ratio_* are KL thresholds)."
+)
 compute_policy_loss_gspo = _verl_signature_loss(
     "gspo", "GSPO (``policy_losses.gspo_loss``; always seq-mean-token-mean, as verl).", "seq-mean-token-mean"
 )
-compute_policy_loss_gpg = _verl_signature_loss("gpg", "GPG, −A·log π (``policy_losses.gpg_loss``); metrics are 0.")
+compute_policy_loss_sapo = _verl_signature_loss(
+    "sapo", "SAPO soft gate with ``tau_pos`` / ``tau_neg`` (``divergence_losses.sapo_loss``).", "seq-mean-token-mean"
+)
+compute_policy_loss_gpg = _verl_signature_loss("gpg", "GPG, −A·log π (``policy_losses.gpg_loss``); no metrics.")
 compute_policy_loss_clip_cov = _verl_signature_loss(
     "clip_cov", "Clip-Cov (``policy_losses.clip_cov_loss``) with ``policy_loss.clip_cov_{ratio,lb,ub}``."
 )
@@ -408,6 +428,9 @@ compute_policy_loss_kl_cov = _verl_signature_loss(
 )
 compute_policy_loss_geo_mean = _verl_signature_loss(
     "geo_mean", "GMPO geometric-mean ratio (``policy_losses.geo_mean_loss``; ``loss_agg_mode`` unused, as verl)."
+)
+compute_policy_loss_dro = _verl_signature_loss(
+    "dro", "Direct Reward Optimization with ``policy_loss.dro_beta`` (``divergence_losses.dro_loss``)."
 )
 compute_policy_loss_cispo = _verl_signature_loss(
     "cispo", "CISPO, sg(clip ρ)·(−A·log π) (``policy_losses.cispo_loss``)."
@@ -446,11 +469,18 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    dp_size: int = 1,
+    batch_num_tokens: int | None = None,
+    global_batch_size: int | None = None,
     loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clipped value loss (``value_loss.clipped_value_loss``). Returns ``(vf_loss [], vf_clipfrac [])``."""
+    """Clipped value loss (``value_loss.clipped_value_loss``), normalised as ``agg_loss`` is by the last four.
+
+    Returns ``(vf_loss [], vf_clipfrac [])``.
+    """
+    global_batch = GlobalBatchInfo(dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)
     vf_loss, metrics = clipped_value_loss(
-        vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode, loss_scale_factor
+        vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode, global_batch
     )
     return vf_loss, metrics["critic/vf_clipfrac"]
 

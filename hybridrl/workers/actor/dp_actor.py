@@ -5,8 +5,9 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
 
     for epoch in ppo_epochs:
         for mini_batch in data.split(ppo_mini_batch_size):          # one optimizer step each
+            info = N, G, D of the mini-batch over all ranks            # one all-reduce (global_batch.py)
             for micro_batch in mini_batch (fixed size or token budget):
-                loss = policy_loss(micro) * scale ; loss.backward()  # gradient accumulation
+                loss = policy_loss(micro, info) ; loss.backward()   # gradient accumulation
             clip_grad_and_step(grad_clip)
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
@@ -16,11 +17,14 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
                   rollout correction (verl 0.9): each token's loss × ``rollout_is_weights`` when the batch
                   has them (decoupled mode), or the bypass-mode loss when ``meta_info["rollout_correction"]``
                   says ``bypass_mode`` (``hybridrl.algos.rollout_correction``)
-    scale       = 1 / (mini / micro)                  fixed micro-batches
-                = B_micro / ppo_mini_batch_size       use_dynamic_bsz (verl 0.5: the sample share)
+    agg         = ``agg_loss`` normalised by the mini-batch's global token count N / sequence count G, times
+                  the data-parallel size D (verl 0.9): each micro-batch's loss is its share of the mini-batch
+                  loss, so the summed gradient does not depend on the micro-batch split (verl 0.5 divided by
+                  each micro-batch's own counts and weighted by 1 / grad_accum). A user loss returning verl
+                  0.5's 4-tuple keeps 0.5's weighting (``policy_loss_modes.call_verl_style_loss``).
 
-With FSDP, gradients are averaged across ranks by the reduce-scatter, so each rank's scale is
-relative to its own mini-batch and the ranks together reproduce the global-batch update.
+With FSDP, gradients are averaged across ranks by the reduce-scatter; the factor D in every loss turns the
+average back into the sum over the global mini-batch.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybridrl.algos.aggregation import agg_loss
+from hybridrl.algos.aggregation import LOCAL_BATCH, GlobalBatchInfo, agg_loss
 from hybridrl.algos.kl import kl_penalty
 from hybridrl.algos.params import policy_loss_params
 from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, resolve_policy_loss
@@ -52,6 +56,7 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
+from hybridrl.workers.actor.global_batch import merge_micro_batch_metrics, mini_batch_info, world_size
 from hybridrl.workers.actor.moe import ROUTED_EXPERTS_KEY, ActorMoE
 from hybridrl.workers.actor.zero_advantage import (
     SKIPPED_FRACTION_METRIC,
@@ -292,10 +297,11 @@ class DataParallelPPOActor(BasePPOActor):
     # ------------------------------------------------------------------ update
 
     def _policy_loss(
-        self, micro_batch: Any, temperature: float, pg_loss_fn: BoundPolicyLoss | None = None
+        self, micro_batch: Any, temperature: float, pg_loss_fn: BoundPolicyLoss | None = None,
+        global_batch: GlobalBatchInfo = LOCAL_BATCH,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """``policy_loss`` of one micro-batch (unscaled) and its metrics; ``pg_loss_fn`` defaults to the loss
-        bound at construction."""
+        """``policy_loss`` of one micro-batch, normalised by ``global_batch`` (the mini-batch's counts; the default:
+        this micro-batch alone), and its metrics; ``pg_loss_fn`` defaults to the loss bound at construction."""
         pg_loss_fn = pg_loss_fn or self._pg_loss
         assert pg_loss_fn is not None, "a reference actor has no policy loss"
         config = self.config
@@ -309,16 +315,18 @@ class DataParallelPPOActor(BasePPOActor):
         old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
         # rollout correction (decoupled): the driver's IS weights, passed only when present
         correction = {_IS_WEIGHTS_KEY: micro_batch[_IS_WEIGHTS_KEY]} if _IS_WEIGHTS_KEY in micro_batch.keys() else {}
-        pg_loss, pg_metrics = pg_loss_fn(old_log_prob, log_prob, micro_batch["advantages"], response_mask, **correction)
+        pg_loss, pg_metrics = pg_loss_fn(old_log_prob, log_prob, micro_batch["advantages"], response_mask,
+                                         global_batch=global_batch, **correction)
+        normalisers = global_batch.as_kwargs()
         metrics = {key: float(value) for key, value in pg_metrics.items()}
         policy_loss = pg_loss
         if entropy is not None:
-            entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            entropy_loss = agg_loss(entropy, response_mask, loss_agg_mode, **normalisers)
             policy_loss = policy_loss - entropy_coeff * entropy_loss
             metrics["actor/entropy"] = entropy_loss.detach().item()
         if config.use_kl_loss:
             kld = kl_penalty(log_prob, micro_batch["ref_log_prob"], config.kl_loss_type)
-            kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+            kl_loss = agg_loss(kld, response_mask, loss_agg_mode, **normalisers)
             policy_loss = policy_loss + config.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach().item()
             metrics["actor/kl_coef"] = float(config.kl_loss_coef)
@@ -343,8 +351,9 @@ class DataParallelPPOActor(BasePPOActor):
 
         Returns:
             verl's metrics as a dict of lists: ``actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl,
-            actor/pg_clipfrac_lower`` (+ ``actor/entropy``, ``actor/kl_loss``, ``actor/kl_coef``) per
-            micro-batch and ``actor/grad_norm`` per mini-batch.
+            actor/pg_clipfrac_lower`` (+ ``actor/kl_coef``) per micro-batch; ``actor/pg_loss`` (+ ``actor/entropy``,
+            ``actor/kl_loss``) and ``actor/grad_norm`` per mini-batch (the loss terms summed over its
+            micro-batches: ``global_batch.py``).
         """
         if self.actor_optimizer is None:
             raise RuntimeError("update_policy called on a reference actor (no optimizer).")
@@ -375,10 +384,12 @@ class DataParallelPPOActor(BasePPOActor):
                     split.use_dynamic_bsz,
                     sp_token_budget(split.token_budget_per_rank, self._sp_size),
                 )
+                info = mini_batch_info(mini_batch["response_mask"], self._dp_size(), config.get("loss_scale_factor"))
                 self.actor_optimizer.zero_grad()
-                for micro_metrics in self._accumulate_gradients(micro_batches, temperature, pg_loss_fn,
-                                                                skip_zero_adv):
-                    append_to_dict(metrics, micro_metrics)
+                micro_metrics = self._accumulate_gradients(micro_batches, temperature, pg_loss_fn, skip_zero_adv,
+                                                           info)
+                for key, values in merge_micro_batch_metrics(micro_metrics, info.is_global).items():
+                    metrics.setdefault(key, []).extend(values)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})
         self.actor_optimizer.zero_grad()
         if self._routing_captures is not None:
@@ -386,41 +397,38 @@ class DataParallelPPOActor(BasePPOActor):
             self._routing_captures = None
         return metrics
 
+    def _dp_size(self) -> int:
+        """Data-parallel ranks: the world over the Ulysses SP degree (the SP ranks of a group share their data)."""
+        return world_size() // self._sp_size
+
     def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: BoundPolicyLoss,
-                              skip_zero_adv: bool = False) -> list[dict[str, float]]:
+                              skip_zero_adv: bool = False,
+                              global_batch: GlobalBatchInfo = LOCAL_BATCH) -> list[dict[str, float]]:
         """Forward and backward of a mini-batch's micro-batches (gradients accumulate); their metrics.
 
-        With ``skip_zero_adv`` the rows whose advantages are all 0 stay out of the forward and backward, the
-        loss rescaled to the whole micro-batch's, and a micro-batch with no other row on any rank does not run
-        (except the first) (``zero_advantage.py``: the same gradient)."""
-        scales = [self._loss_scale(micro_batch) for micro_batch in micro_batches]
+        Each loss is normalised by ``global_batch`` (the whole mini-batch's counts), so it is backpropagated as
+        it is. With ``skip_zero_adv`` the rows whose advantages are all 0 stay out of the forward and backward
+        (their loss terms are 0 and the denominators are global) and a micro-batch with no other row on any rank
+        does not run (except the first) (``zero_advantage.py``: the same gradient)."""
         plans = [drop_zero_advantage_rows(micro_batch) if skip_zero_adv else (micro_batch, None)
                  for micro_batch in micro_batches]
         runs = (micro_batches_to_run([skipped is None or skipped.kept_rows > 0 for _, skipped in plans])
                 if skip_zero_adv else [True] * len(plans))
         all_metrics = []
-        for (micro_batch, skipped), scale, run in zip(plans, scales, runs):
+        for (micro_batch, skipped), run in zip(plans, runs):
             if not run:  # no row counts here nor on any rank: its loss and gradient are 0
                 assert skipped is not None
                 all_metrics.append(skipped.metrics_without_rows())
                 continue
             with activation_offload_context(self._activation_offload, self.device_name):
-                policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
+                policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn, global_batch)
             if skipped is not None:
-                policy_loss = policy_loss * skipped.loss_factor(self.config.loss_agg_mode)
-                micro_metrics = skipped.rescale_metrics(micro_metrics, self.config.loss_agg_mode)
+                micro_metrics = skipped.rescale_metrics(micro_metrics)
             elif skip_zero_adv:
                 micro_metrics[SKIPPED_FRACTION_METRIC] = 0.0
-            (policy_loss * scale).backward()
+            policy_loss.backward()
             all_metrics.append(micro_metrics)
         return all_metrics
-
-    def _loss_scale(self, micro_batch: Any) -> float:
-        """Gradient-accumulation weight of a micro-batch (verl 0.5)."""
-        if self._update_split.use_dynamic_bsz:
-            return micro_batch.batch_size[0] / self._mini_batch_size
-        return 1.0 / (self._mini_batch_size // self._update_split.micro_batch_per_rank)
-
 
 
 def _optional_keys(data: DataProto, *keys: str) -> list[str]:

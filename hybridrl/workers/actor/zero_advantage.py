@@ -4,28 +4,25 @@ GRPO's advantage is ``(r − mean_group) / (std_group + ε)``: a group whose sam
 (all right or all wrong) has advantage 0 on every token of every row. The PPO clip loss of a token is
 ``max(−A·ρ, −A·clip(ρ))`` (dual clip: ``min(…, −A·c)``), times rollout-correction weights when present: at
 ``A = 0`` its value and its gradient are 0 whatever the ratio ρ. So, without an entropy bonus and without a KL
-loss, such a row changes only the loss's *denominator*, which is known without running it. On the quickstart's
+loss, such a row changes only the loss's *denominator*, and that is the whole mini-batch's token / sequence
+count over all ranks (global normalisation, ``global_batch.py``), computed before any row is dropped. On the quickstart's
 2-digit additions a quarter to two thirds of the rows are in such groups (all wrong at the start, all right near
 the end), and their forward and backward were pure cost.
 
-Per micro-batch (the split stays as verl's, so per-micro-batch means and the accumulation weights do not move):
+Per micro-batch (the split stays as verl's):
 
     skipped = rows with ≥ 1 response token whose advantages are all exactly 0
     kept    = the other rows (one skipped row is kept when nothing else is, so that a micro-batch which must
               still run, see below, has a row; it adds a zero loss)
-    loss    = loss(kept rows) × factor, with the factor turning the kept rows' aggregate into the whole
-              micro-batch's:
-
-        token-mean                       Σ_kept ℓ / N_kept    → × N_kept / N          (response tokens)
-        seq-mean-token-sum / -token-mean mean over kept rows  → × B_kept / B          (rows)
-        seq-mean-token-sum-norm          Σ_kept / T           → × 1
+    loss    = loss(kept rows): a sum over the kept rows over the global count, which is the whole micro-batch's
+              loss, since the skipped rows' terms are 0 (every ``loss_agg_mode``)
 
 A micro-batch left with no row that counts runs no forward and backward at all when the same holds on every rank
 (one all-reduce of a flag per micro-batch), except the mini-batch's first, which always runs: the optimizer then
 sees gradients (zeros) as it would have, so Adam's moments and weight decay move exactly as before.
 
-The gradient is the full micro-batch's (up to float summation order). Metrics: ``actor/pg_loss`` is scaled by
-the same factor; ``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower`` (token means; a token at ``A = 0`` is
+The gradient is the full micro-batch's (up to float summation order). Metrics: ``actor/pg_loss`` is the whole
+micro-batch's as it is; ``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower`` (token means; a token at ``A = 0`` is
 never clipped) by ``N_kept / N``, which makes them the whole micro-batch's exactly; ``actor/ppo_kl`` likewise,
 counting the skipped tokens' ``old − new`` log-prob gap as 0: exact on-policy (the first pass over a step's
 batch, or ``recompute_old_log_prob=False``), an underestimate for the later mini-batches and epochs of an
@@ -52,7 +49,6 @@ __all__ = ["SKIPPED_FRACTION_METRIC", "SkippedRows", "drop_zero_advantage_rows",
 SKIPPABLE_LOSS_MODES = frozenset({"vanilla"})  # losses proportional to A token by token
 TOKEN_MEAN_METRICS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
 SKIPPED_FRACTION_METRIC = "actor/zero_adv_skipped_frac"
-_ROW_MEAN_MODES = ("seq-mean-token-sum", "seq-mean-token-mean")
 
 
 def skips_zero_advantage_rows(config: Any, bypass_mode: bool = False) -> bool:
@@ -89,19 +85,9 @@ class SkippedRows:
     tokens: int
     kept_tokens: int
 
-    def loss_factor(self, loss_agg_mode: str) -> float:
-        """Turns the kept rows' aggregated loss into the whole micro-batch's (module docstring)."""
-        if loss_agg_mode == "token-mean":
-            return self.kept_tokens / self.tokens
-        if loss_agg_mode in _ROW_MEAN_MODES:
-            return self.kept_rows / self.rows
-        return 1.0  # seq-mean-token-sum-norm: a sum over rows over a constant
-
-    def rescale_metrics(self, metrics: dict[str, float], loss_agg_mode: str) -> dict[str, float]:
+    def rescale_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """The micro-batch's metrics as if every row had run (module docstring), plus the skipped share."""
         out = dict(metrics)
-        if "actor/pg_loss" in out:
-            out["actor/pg_loss"] *= self.loss_factor(loss_agg_mode)
         for key in TOKEN_MEAN_METRICS:
             if key in out:
                 out[key] *= self.kept_tokens / self.tokens

@@ -7,8 +7,11 @@ the same slice the actor uses for log-probs, so ``values[:, t]`` pairs with ``ol
 The update loop mirrors the actor's (``ppo_epochs`` × mini-batches × micro-batches):
 
     V_clip  = clip(V_pred, V_old − cliprange_value, V_old + cliprange_value)
-    vf_loss = ½ · agg(max((V_pred − R)², (V_clip − R)²))
-    loss    = vf_loss · scale   (1 / grad_accum, or B_micro / ppo_mini_batch_size with dynamic bsz)
+    vf_loss = ½ · agg(max((V_pred − R)², (V_clip − R)²))   backpropagated as it is
+
+``agg`` normalises by the mini-batch's global token / sequence counts over all data-parallel ranks, times
+their number (verl 0.9, ``hybridrl.workers.actor.global_batch``), so the accumulated gradient does not depend
+on the micro-batch split; ``critic/vf_loss`` is summed over a mini-batch's micro-batches and reported once.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.algos.aggregation import LOCAL_BATCH, GlobalBatchInfo
 from hybridrl.algos.value_loss import clipped_value_loss
 from hybridrl.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.config.worker_plan import update_split
@@ -30,6 +34,7 @@ from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
+from hybridrl.workers.actor.global_batch import merge_micro_batch_metrics, mini_batch_info, world_size
 from hybridrl.workers.critic.base import BasePPOCritic
 
 __all__ = ["DataParallelPPOCritic"]
@@ -116,7 +121,14 @@ class DataParallelPPOCritic(BasePPOCritic):
         assert self.critic_optimizer is not None and self.divergence_guard is not None
         return guarded_optimizer_step(self.divergence_guard, self.critic_module, self.critic_optimizer, self.config.grad_clip)
 
-    def _value_loss(self, micro_batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+    def _dp_size(self) -> int:
+        """Data-parallel ranks: the world over the Ulysses SP degree (the SP ranks of a group share their data)."""
+        return world_size() // self._sp_size
+
+    def _value_loss(
+        self, micro_batch: Any, global_batch: GlobalBatchInfo = LOCAL_BATCH
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """``vf_loss`` of one micro-batch, normalised by ``global_batch`` (default: this micro-batch alone)."""
         response_mask = micro_batch["response_mask"]
         vpreds = self._forward_micro_batch(micro_batch)
         vf_loss, value_metrics = clipped_value_loss(
@@ -126,6 +138,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             response_mask=response_mask,
             cliprange_value=self.config.cliprange_value,
             loss_agg_mode=self.config.loss_agg_mode,
+            global_batch=global_batch,
         )
         metrics = {
             "critic/vf_loss": vf_loss.detach().item(),
@@ -135,8 +148,8 @@ class DataParallelPPOCritic(BasePPOCritic):
         return vf_loss, metrics
 
     def update_critic(self, data: DataProto) -> dict[str, list[float]]:
-        """Clipped value-loss update; metrics ``critic/vf_loss, vf_clipfrac, vpred_mean`` per micro-batch and
-        ``critic/grad_norm`` per mini-batch (dict of lists)."""
+        """Clipped value-loss update; metrics ``critic/vf_clipfrac, vpred_mean`` per micro-batch, ``critic/vf_loss``
+        (summed over the micro-batches) and ``critic/grad_norm`` per mini-batch (dict of lists)."""
         if self.critic_optimizer is None:
             raise RuntimeError("update_critic needs an optimizer.")
         self.critic_module.train()
@@ -152,15 +165,15 @@ class DataParallelPPOCritic(BasePPOCritic):
                     split.use_dynamic_bsz,
                     sp_token_budget(split.token_budget_per_rank, self._sp_size),
                 )
+                info = mini_batch_info(mini_batch["response_mask"], self._dp_size(), config.get("loss_scale_factor"))
                 self.critic_optimizer.zero_grad()
+                micro_metrics = []
                 for micro_batch in micro_batches:
-                    vf_loss, micro_metrics = self._value_loss(micro_batch)
-                    if split.use_dynamic_bsz:
-                        scale = micro_batch.batch_size[0] / mini_batch_size
-                    else:
-                        scale = 1.0 / (mini_batch_size // split.micro_batch_per_rank)
-                    (vf_loss * scale).backward()
-                    append_to_dict(metrics, micro_metrics)
+                    vf_loss, metrics_of_micro = self._value_loss(micro_batch, info)
+                    vf_loss.backward()
+                    micro_metrics.append(metrics_of_micro)
+                for key, values in merge_micro_batch_metrics(micro_metrics, info.is_global).items():
+                    metrics.setdefault(key, []).extend(values)
                 append_to_dict(metrics, {"critic/grad_norm": self._optimizer_step()})
         self.critic_optimizer.zero_grad()
         return metrics

@@ -9,8 +9,9 @@ micro-batching, the same losses from :mod:`hybridrl.algos` and the same metrics.
 - optimizer step: ``finalize_model_grads`` (all-reduce over DP) then megatron-core's ``step()``, which clips to
   ``optim.clip_grad`` over all TP shards and returns the global grad norm (``actor/grad_norm``).
 
-Gradients are averaged over DP ranks by megatron-core's DDP, as FSDP averages them, so the loss scale of a
-micro-batch is the FSDP actor's.
+Gradients are averaged over DP ranks by megatron-core's DDP, as FSDP averages them, so the losses are normalised
+as the FSDP actor's: by the mini-batch's global counts over megatron-core's data-parallel group (TP, PP and CP
+ranks share their data and are counted once), times its size.
 
 With PP > 1 the micro-batches of a log-prob pass or of a mini-batch go through megatron-core's pipeline schedule in
 one call (:mod:`hybridrl.workers.megatron.pipeline`): the last stage computes the log-probs / the policy loss and
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from hybridrl.algos.aggregation import LOCAL_BATCH, GlobalBatchInfo
 from hybridrl.workers.actor.dp_actor import DataParallelPPOActor
 from hybridrl.workers.megatron import pipeline
 from hybridrl.workers.megatron.engine import MegatronModel
@@ -100,17 +102,23 @@ class MegatronPPOActor(DataParallelPPOActor):
             torch.cat([p[1] for p in payloads]) if payloads else None, shape, device)
         return [log_probs], [entropys]
 
+    def _dp_size(self) -> int:
+        """megatron-core's data-parallel size (without CP: CP ranks hold the same rows)."""
+        from megatron.core import parallel_state
+
+        return int(parallel_state.get_data_parallel_world_size())
+
     def _accumulate_gradients(self, micro_batches: list, temperature: float, pg_loss_fn: Any,
-                              skip_zero_adv: bool = False) -> list[dict[str, float]]:
+                              skip_zero_adv: bool = False,
+                              global_batch: GlobalBatchInfo = LOCAL_BATCH) -> list[dict[str, float]]:
         """PP = 1: the actor's loop (zero-advantage rows skipped as there). PP > 1: one forward-backward pipeline
         pass over the mini-batch, every row run; the last stage's per-micro-batch metrics broadcast over the
         pipeline group."""
         if pipeline.pipeline_size() == 1:
-            return super()._accumulate_gradients(micro_batches, temperature, pg_loss_fn, skip_zero_adv)
+            return super()._accumulate_gradients(micro_batches, temperature, pg_loss_fn, skip_zero_adv, global_batch)
 
         def last_stage(micro_batch: Any, _index: int) -> tuple[torch.Tensor, Any]:
-            policy_loss, micro_metrics = self._policy_loss(micro_batch, temperature, pg_loss_fn)
-            return policy_loss * self._loss_scale(micro_batch), micro_metrics
+            return self._policy_loss(micro_batch, temperature, pg_loss_fn, global_batch)
 
         payloads = pipeline.run_pipeline(self.actor_module, micro_batches, self.use_remove_padding, last_stage,
                                          forward_only=False)

@@ -41,6 +41,12 @@ class MegatronPPOCritic(DataParallelPPOCritic):
         super().__init__(config, model.causal_lm, optimizer, **kwargs)  # type: ignore[arg-type]
         self.megatron_model = model
 
+    def _dp_size(self) -> int:
+        """megatron-core's data-parallel size (without CP: TP / PP / CP ranks hold the same rows)."""
+        from megatron.core import parallel_state
+
+        return int(parallel_state.get_data_parallel_world_size())
+
     def _optimizer_step(self) -> float:
         """megatron-core's step (clip to ``optim.clip_grad`` inside); returns the grad norm, NaN when not applied."""
         assert isinstance(self.critic_optimizer, MegatronOptimizerHandle)

@@ -8,8 +8,8 @@ One call of ``get_forward_backward_func()`` (1F1B without interleaving) runs all
   schedule sends to the next stage; a stage other than the first gets its input from the schedule
   (``set_input_tensor``), so both see the same input layout (padded columns or packed row);
 - the last stage computes the log-probs (entropies) or the actor's policy loss and metrics; the loss it returns is
-  multiplied by the number of micro-batches, which the schedule divides again, so each micro-batch's gradient
-  weight is the actor's own ``_loss_scale`` (as at PP = 1).
+  multiplied by the number of micro-batches, which the schedule divides again, so each micro-batch's loss (already
+  normalised by the mini-batch's global counts) enters the gradient as at PP = 1.
 
 Afterwards the last stage's results are broadcast over the pipeline group, so every rank returns what PP = 1
 returns. Shapes: the TransformerConfig has ``variable_seq_lengths=True``, so the schedule sends each

@@ -33,8 +33,9 @@ MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
         ("token-mean", None, 7 / 3),  # (1 + 2 + 4) / 3 valid tokens
         ("seq-mean-token-sum", None, 3.5),  # rows (1 + 2, 4) → mean(3, 4)
         ("seq-mean-token-mean", None, 2.75),  # rows (3/2, 4/1) → mean(1.5, 4)
-        ("seq-mean-token-sum-norm", None, 7 / 3),  # (3 + 4) / T with T = 3
-        ("seq-mean-token-sum-norm", 7.0, 1.0),  # (3 + 4) / loss_scale_factor 7
+        ("token-sum", None, 7.0),  # 1 + 2 + 4, no normalisation
+        ("seq-mean-token-sum-norm", None, 7 / 6),  # (3 + 4) / 2 rows / T with T = 3 (verl 0.9)
+        ("seq-mean-token-sum-norm", 7.0, 0.5),  # (3 + 4) / 2 rows / loss_scale_factor 7
     ],
 )
 def test_agg_loss_hand_computed(mode, scale, expected):
@@ -45,21 +46,23 @@ def test_seq_mean_token_sum_norm_divides_by_padded_length_not_by_tokens_or_rows(
     # one extra padding column: T = 4, while valid tokens = 3 and B = 2
     loss = torch.cat([LOSS, torch.full((2, 1), 100.0)], dim=1)
     mask = torch.cat([MASK, torch.zeros(2, 1)], dim=1)
-    # (1 + 2) + 4 = 7 over T = 4 → 1.75 (token-mean would give 7/3, seq-mean-token-sum 3.5)
-    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(1.75, abs=ATOL)
+    # (1 + 2) + 4 = 7 over 2 rows over T = 4 → 0.875 (token-mean would give 7/3, seq-mean-token-sum 3.5)
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(0.875, abs=ATOL)
     assert agg_loss(loss, mask, "token-mean").item() == pytest.approx(7 / 3, abs=ATOL)
 
 
-def test_agg_loss_seq_modes_average_over_all_rows_as_v050():
+def test_agg_loss_seq_modes_skip_fully_masked_rows_as_v090():
     loss = torch.tensor([[2.0, 2.0], [9.0, 9.0]])
     mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])  # second row fully masked
-    # v0.5.0: mean over both rows → (4 + 0)/2 = 2 (later verl skips empty rows and gives 4)
-    assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(2.0)
+    # verl 0.9: the empty row is left out → (2 + 2) / 1 = 4 (v0.5.0 averaged over both rows: 2)
+    assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(4.0)
+    # seq-mean-token-mean: 4 / 2 tokens = 2 over 1 row; the empty row is 0 / (0 + 1e-8) = 0, not NaN
+    assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(2.0)
 
 
 def test_agg_loss_unknown_mode_lists_valid():
     with pytest.raises(ValueError) as err:
-        agg_loss(LOSS, MASK, "token-sum")
+        agg_loss(LOSS, MASK, "token-summ")
     for mode in core_algos.LOSS_AGG_MODES:
         assert mode in str(err.value)
 

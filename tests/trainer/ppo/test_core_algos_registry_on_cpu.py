@@ -150,4 +150,5 @@ def test_verl_adapters_keep_verl_names_and_signature():
             "response_mask",
             "loss_agg_mode",
             "config",
-        ]
+            "rollout_is_weights",
+        ]  # verl 0.9's signature

@@ -142,19 +142,16 @@ def test_kl_loss_and_entropy_metrics(causal_lm, make_batch, make_actor_config):
     assert metrics["actor/entropy"][0] == pytest.approx(expected_entropy.item(), rel=1e-5)
 
 
-def _assert_same_update(reference, other, atol=1e-6, equal_micro_sizes=True):
-    """Same grad norm and parameters after the step; with equal-size micro-batches the mean of the
-    per-micro-batch pg_loss records is also the mini-batch loss (unequal sizes weight them by B_i/B)."""
+def _assert_same_update(reference, other, atol=1e-6):
+    """Same mini-batch loss (``actor/pg_loss``: the micro-batches' partial sums added, one per mini-batch), grad
+    norm and parameters after the step."""
     (model_a, metrics_a), (model_b, metrics_b) = reference, other
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
-    if equal_micro_sizes:
-        assert mean(metrics_b["actor/pg_loss"]) == pytest.approx(mean(metrics_a["actor/pg_loss"]), rel=1e-5, abs=1e-6)
+    assert metrics_b["actor/pg_loss"] == pytest.approx(metrics_a["actor/pg_loss"], rel=1e-5, abs=1e-6)
     assert metrics_b["actor/grad_norm"] == pytest.approx(metrics_a["actor/grad_norm"], rel=1e-5)
     assert _max_param_diff(model_a, model_b) < atol
 
 
-# seq-mean-token-mean averages per-sequence means, so splitting a mini-batch into micro-batches and
-# weighting each by B_micro / B_mini (= 1/grad_accum) reproduces the full-batch loss exactly.
+# every mode normalises by the mini-batch's counts, so any split reproduces the full-batch loss (verl 0.9)
 AGG = "seq-mean-token-mean"
 
 
@@ -162,7 +159,7 @@ def test_micro_batch_1_accumulate_4_equals_micro_batch_4(causal_lm, make_batch, 
     data = make_batch(batch_size=4)
     one_shot = _update(causal_lm, make_actor_config(loss_agg_mode=AGG, ppo_micro_batch_size_per_gpu=4), data)
     accumulated = _update(causal_lm, make_actor_config(loss_agg_mode=AGG, ppo_micro_batch_size_per_gpu=1), data)
-    assert len(accumulated[1]["actor/pg_loss"]) == 4
+    assert len(accumulated[1]["actor/pg_clipfrac"]) == 4 and len(accumulated[1]["actor/pg_loss"]) == 1
     _assert_same_update(one_shot, accumulated)
 
 
@@ -213,8 +210,8 @@ def test_dynamic_bsz_equals_fixed(causal_lm, make_batch, make_actor_config):
     # 4 rows of at most 11 tokens; a 16-token budget forces several micro-batches
     dynamic_config = make_actor_config(loss_agg_mode=AGG, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=16)
     dynamic = _update(causal_lm, dynamic_config, data)
-    assert len(dynamic[1]["actor/pg_loss"]) > 1
-    _assert_same_update(fixed, dynamic, equal_micro_sizes=False)
+    assert len(dynamic[1]["actor/pg_clipfrac"]) > 1
+    _assert_same_update(fixed, dynamic)
 
 
 def test_dynamic_bsz_equal_lengths_same_loss(causal_lm, make_batch, make_actor_config):
@@ -223,7 +220,7 @@ def test_dynamic_bsz_equal_lengths_same_loss(causal_lm, make_batch, make_actor_c
     fixed = _update(causal_lm, make_actor_config(ppo_micro_batch_size_per_gpu=4, loss_agg_mode=AGG), data)
     dynamic_config = make_actor_config(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=22, loss_agg_mode=AGG)
     dynamic = _update(causal_lm, dynamic_config, data)
-    assert len(dynamic[1]["actor/pg_loss"]) == 2
+    assert len(dynamic[1]["actor/pg_clipfrac"]) == 2
     _assert_same_update(fixed, dynamic)
 
 
@@ -240,9 +237,9 @@ def test_two_epochs_two_mini_batches_step_four_times(causal_lm, make_batch, make
     data = make_batch(batch_size=4)
     config = make_actor_config(ppo_epochs=2, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1)
     _, metrics = _update(causal_lm, config, data)
-    # 2 epochs × 2 mini-batches = 4 optimizer steps; × 2 micro-batches = 8 loss records
+    # 2 epochs × 2 mini-batches = 4 optimizer steps and mini-batch losses; × 2 micro-batches = 8 clip records
     assert len(metrics["actor/grad_norm"]) == 4
-    assert len(metrics["actor/pg_loss"]) == 8
+    assert len(metrics["actor/pg_loss"]) == 4 and len(metrics["actor/pg_clipfrac"]) == 8
 
 
 def test_reference_actor_refuses_update(causal_lm, make_batch, make_actor_config):

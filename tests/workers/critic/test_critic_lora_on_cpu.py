@@ -124,6 +124,7 @@ def test_only_adapters_and_value_head_train(lora_critic, tiny_model_dir):
 
 
 def test_critic_learns_fixed_batch(tiny_model_dir):
+    torch.manual_seed(0)  # the value head's and LoRA's initialisation: independent of the tests run before
     worker = make_worker(tiny_model_dir)
     data = batch(5)
     losses = [update(worker, data) for _ in range(8)]

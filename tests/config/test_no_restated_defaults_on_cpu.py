@@ -27,9 +27,6 @@ NOT_CONFIG_READS = {
     ("workers/engine/fsdp.py", "forward_prefetch"): "SFT's fsdp_config has no forward_prefetch (FSDP1 default off)",
     ("workers/engine/fsdp.py", "reshard_after_forward"): "SFT's fsdp_config has no reshard_after_forward (FSDP2 default)",
     ("workers/engine/fsdp.py", "offload_policy"): "SFT's fsdp_config has no offload_policy (off)",
-    # JSON schemas of the tools a request offers (OpenAI's function-calling format), not config sections
-    ("generation/tool_formats/argument_values.py", "type"): "a tool parameter's JSON-schema type (string if unset)",
-    ("generation/tool_formats/parser.py", "type"): "a tool schema's type (OpenAI's default: function)",
 }
 # Calls that take a YAML key but write it (not a read with a restated default).
 _SETTERS = {"update", "set", "setdefault"}

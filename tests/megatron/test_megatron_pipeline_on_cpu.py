@@ -10,7 +10,7 @@ over PP) and greedy decoding (checkpoints at PP=2: test_megatron_pipeline_checkp
 from __future__ import annotations
 
 import torch
-from megatron_testlib import greedy_prompts, hf_response_log_probs, policy_batch, policy_config, run_ranks
+from megatron_testlib import greedy_prompts, hf_response_log_probs, policy_batch, policy_config, run_rank_groups
 
 TOLERANCE = 1e-5
 _METRICS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm")
@@ -59,8 +59,8 @@ def test_pp2_equals_pp1_and_hf_on_packed_rows(tmp_path, tiny_gqa_llama_dir):
 
 
 def _compare_pp2_with_pp1_and_hf(tmp_path, model_dir: str, *overrides: str) -> None:
-    pp1 = run_ranks(_pipeline_run, 1, tmp_path / "pp1", model_dir, str(tmp_path / "pp1"), 1, *overrides)[0]
-    pp2 = run_ranks(_pipeline_run, 2, tmp_path / "pp2", model_dir, str(tmp_path / "pp2"), 2, *overrides)
+    [pp1], pp2 = run_rank_groups((_pipeline_run, 1, tmp_path / "pp1", model_dir, str(tmp_path / "pp1"), 1, *overrides),
+                                 (_pipeline_run, 2, tmp_path / "pp2", model_dir, str(tmp_path / "pp2"), 2, *overrides))
     mask = policy_batch(seed=1).batch["response_mask"].bool()
     probe_mask = policy_batch(seed=2).batch["response_mask"].bool()
     hf = hf_response_log_probs(model_dir, policy_batch(seed=1))

@@ -82,8 +82,10 @@ def _check_estimator_inputs(config: DictConfig, estimator: object, problems: lis
             )
         )
     # Σπ² comes from the old-log-prob forward; these settings skip that forward
-    for skip_key, skip_value in ((f"{ACTOR}.recompute_old_log_prob", False),
-                                 ("algorithm.rollout_correction.bypass_mode", True)):
+    for skip_key, skip_value in (
+        (f"{ACTOR}.recompute_old_log_prob", False),
+        ("algorithm.rollout_correction.bypass_mode", True),
+    ):
         if get(config, skip_key) is skip_value:
             problems.append(
                 ConfigProblem(

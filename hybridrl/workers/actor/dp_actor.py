@@ -245,7 +245,10 @@ class DataParallelPPOActor(BasePPOActor):
         return outputs.get("entropys"), outputs["log_probs"]
 
     def _forward_token_outputs(
-        self, micro_batch: Any, temperature: float, calculate_entropy: bool = False,
+        self,
+        micro_batch: Any,
+        temperature: float,
+        calculate_entropy: bool = False,
         calculate_sum_pi_squared: bool = False,
     ) -> dict[str, torch.Tensor]:
         """Per response token at ``temperature``, each ``[B, R]``: ``log_probs``, and when asked ``entropys`` and
@@ -292,7 +295,10 @@ class DataParallelPPOActor(BasePPOActor):
         return outputs["log_probs"], outputs.get("entropys")
 
     def compute_token_outputs(
-        self, data: DataProto, calculate_entropy: bool = False, calculate_sum_pi_squared: bool = False,
+        self,
+        data: DataProto,
+        calculate_entropy: bool = False,
+        calculate_sum_pi_squared: bool = False,
         micro_batching: ForwardPlan | None = None,
     ) -> dict[str, torch.Tensor]:
         """:meth:`compute_log_prob`'s pass as a dict of ``[B, R]`` tensors in the input row order: ``log_probs``,
@@ -307,14 +313,16 @@ class DataParallelPPOActor(BasePPOActor):
             outputs = self._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared)
         return {name: restore_order(values, order) for name, values in outputs.items()}
 
-    def _token_outputs_of(self, micro_batches: list, temperature: float, calculate_entropy: bool,
-                          calculate_sum_pi_squared: bool = False) -> dict[str, torch.Tensor]:
+    def _token_outputs_of(
+        self, micro_batches: list, temperature: float, calculate_entropy: bool, calculate_sum_pi_squared: bool = False
+    ) -> dict[str, torch.Tensor]:
         """:meth:`_forward_token_outputs` over the micro-batches, each output concatenated in their order."""
         per_micro_batch = []
         for micro_batch in micro_batches:
             with self.moe.forward_context(micro_batch, self.use_remove_padding, training=False):
-                per_micro_batch.append(self._forward_token_outputs(
-                    micro_batch, temperature, calculate_entropy, calculate_sum_pi_squared))
+                per_micro_batch.append(
+                    self._forward_token_outputs(micro_batch, temperature, calculate_entropy, calculate_sum_pi_squared)
+                )
         return {name: torch.cat([outputs[name] for outputs in per_micro_batch]) for name in per_micro_batch[0]}
 
     # ------------------------------------------------------------------ update

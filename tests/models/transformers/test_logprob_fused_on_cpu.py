@@ -93,8 +93,13 @@ def test_sum_pi_squared_hand_computed(monkeypatch):
     # logits (0, ln 3): π = (1/4, 3/4) → Σπ² = 1/16 + 9/16 = 0.625
     # at τ = 0.5 the logits are (0, 2 ln 3): π = (1/10, 9/10) → Σπ² = 0.01 + 0.81 = 0.82
     # uniform over 4: Σπ² = 4 · 1/16 = 0.25 at any τ; shifted by 1000: no overflow (exp(2000) would)
-    logits = torch.tensor([[0.0, math.log(3.0), -math.inf, -math.inf], [1.0, 1.0, 1.0, 1.0],
-                           [1000.0, 1000.0 + math.log(3.0), -math.inf, -math.inf]])
+    logits = torch.tensor(
+        [
+            [0.0, math.log(3.0), -math.inf, -math.inf],
+            [1.0, 1.0, 1.0, 1.0],
+            [1000.0, 1000.0 + math.log(3.0), -math.inf, -math.inf],
+        ]
+    )
     assert token_sum_pi_squared(logits).tolist() == pytest.approx([0.625, 0.25, 0.625], abs=1e-4)
     assert token_sum_pi_squared(logits, 0.5).tolist() == pytest.approx([0.82, 0.25, 0.82], abs=1e-4)
 

@@ -64,8 +64,9 @@ def test_packed_log_probs_and_entropy_equal_padded(causal_lm, make_batch, make_a
 # the CPU log-prob pass without entropy runs the blocked helpers (token_logprobs, token_sum_pi_squared); with
 # entropy it runs the unfused float32 ops; packing changes the forward, not the per-token math
 @pytest.mark.parametrize("use_remove_padding, calculate_entropy", [(False, False), (True, True)])
-def test_sum_pi_squared_equals_softmax_squared_at_the_temperature(causal_lm, make_batch, make_actor_config,
-                                                                  use_remove_padding, calculate_entropy):
+def test_sum_pi_squared_equals_softmax_squared_at_the_temperature(
+    causal_lm, make_batch, make_actor_config, use_remove_padding, calculate_entropy
+):
     temperature = 0.7
     data = _log_prob_meta(make_batch(batch_size=5), micro_batch_size=2, temperature=temperature)  # 3 micro-batches
     actor = DataParallelPPOActor(make_actor_config(use_remove_padding=use_remove_padding), causal_lm)
@@ -73,8 +74,9 @@ def test_sum_pi_squared_equals_softmax_squared_at_the_temperature(causal_lm, mak
     assert set(outputs) == {"log_probs", "sum_pi_squared"} | ({"entropys"} if calculate_entropy else set())
     with torch.no_grad():
         batch = data.batch
-        logits = causal_lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           position_ids=batch["position_ids"]).logits[:, -RESPONSE_LEN - 1 : -1]
+        logits = causal_lm(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits[:, -RESPONSE_LEN - 1 : -1]
     expected = torch.softmax(logits / temperature, dim=-1).pow(2).sum(-1)  # Σ_v π(v)² per response token
     mask = data.batch["response_mask"].bool()
     assert outputs["sum_pi_squared"].shape == (5, RESPONSE_LEN) and outputs["sum_pi_squared"].dtype == torch.float32

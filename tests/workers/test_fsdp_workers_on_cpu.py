@@ -72,7 +72,7 @@ def test_compute_log_prob_matches_hf_and_ref(actor_worker, tiny_model_dir):
         ref_worker.update_actor(ppo_batch())
 
 
-def test_sum_pi_squared_from_compute_log_prob_feeds_the_token_baseline(actor_worker, tiny_model_dir, monkeypatch):
+def test_sum_pi_squared_from_compute_log_prob_feeds_the_token_baseline(actor_worker, tiny_model_dir):
     """With actor.calculate_sum_pi_squared the log-prob pass adds sum_pi_squared [B, R] (Σ_v π(v)² per response
     token), the driver's old_log_prob stage carries it into the batch and the advantage stage computes OTB from it."""
     from hybridrl.trainer.ppo import core_algos, stages
@@ -92,8 +92,12 @@ def test_sum_pi_squared_from_compute_log_prob_feeds_the_token_baseline(actor_wor
     data.batch["token_level_scores"] = torch.zeros(4, RESPONSE_LEN).index_put_(
         (torch.arange(4), last), torch.tensor([1.0, 0.0, 1.0, 0.0])
     )
-    monkeypatch.setattr(actor_worker.config.actor, "calculate_sum_pi_squared", True)  # the module's worker, flag on
-    batch, _ = stages.old_log_prob(data, actor_worker, settings)
+    actor_config = actor_worker.config.actor  # the module's worker: the flag on for this pass only
+    actor_config.calculate_sum_pi_squared = True
+    try:
+        batch, _ = stages.old_log_prob(data, actor_worker, settings)
+    finally:
+        actor_config.calculate_sum_pi_squared = False
     sum_pi_squared = batch.batch["sum_pi_squared"]
     assert sum_pi_squared.shape == (4, RESPONSE_LEN) and sum_pi_squared.dtype == torch.float32
     with torch.no_grad():  # the worker's current weights at rollout.temperature = 1

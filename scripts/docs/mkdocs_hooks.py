@@ -33,26 +33,26 @@ def _outside_target(page_src: str, target: str) -> str | None:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     """Check every link that leaves docs/ and mark it so MkDocs' own link check passes it by."""
     repo = Path(config.config_file_path).parent
-    parts = _FENCE.split(markdown)
-    # split() with one group gives [text, fence, text, fence, ...]: text outside code fences sits at even
-    # positions counted in pairs, so walk while tracking whether we are inside a fence.
     out, inside = [], False
-    for part in parts:
+    for part in _FENCE.split(markdown):  # text and fence markers in turn; links inside a code block stay as written
         if part in ("```", "~~~"):
             inside = not inside
             out.append(part)
-            continue
-        out.append(part if inside else _LINK.sub(lambda m: _rewrite(m, page, repo), part))
+        else:
+            out.append(part if inside else _LINK.sub(lambda match: _rewrite(match, page, repo), part))
     return "".join(out)
 
 
 def _rewrite(match: re.Match, page, repo: Path) -> str:
+    """The link with a repository target marked for :func:`on_page_content`, or as it was."""
     target = match.group(2)
     path = _outside_target(page.file.src_uri, target)
     if path is None:
         return match.group(0)
     if path.startswith("..") or not (repo / path).exists():
-        log.warning("Doc file '%s' links to '%s', which is not in the repository ('%s').", page.file.src_uri, target, path)
+        log.warning(
+            "Doc file '%s' links to '%s', which is not in the repository ('%s').", page.file.src_uri, target, path
+        )
         return match.group(0)
     anchor = target[len(target.split("#", 1)[0]) :]
     return f"{match.group(1)}{_MARK}{path}{anchor}{match.group(3)}"

@@ -7,7 +7,7 @@ The actor's loss needs ``log p(y_t)`` at temperature ``τ`` for each scored posi
 materialises ``x`` (``[N, V]`` float32: 800 MB at N = 4064, V = 49 152), and autograd's backward of the four
 ops runs several more whole-tensor passes over ``[N, V]`` buffers (the scatter's zero fill, the softmax, the sum
 of the two gradients, the division, the cast back): memory-bound work that took ~0.8 s of a 7 s bf16 update on
-a 2-core CPU (docs/performance.md, "Blocked log-probs and grouped attention in the update").
+a 2-core CPU (benchmarks/results/2026-12-05-perf-blocked-log-probs-and-grouped-attention-in-the.md).
 :func:`token_logprobs` computes the same values block by block: each block of rows is upcast, scaled, reduced and
 dropped while it is still in cache, and only ``logsumexp [N]`` is kept for backward, which rebuilds each block's
 softmax and writes the gradient of the logits once, in their dtype:

@@ -79,17 +79,23 @@ slow_stage() {
 }
 
 vllm_tests() {
-  # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
-  # teardown resets for every engine of the same process. Every file of tests/ using pytest.mark.vllm runs here
-  # (read from the source by tests/marked_files.py; tests/test_test_layout_on_cpu.py checks that every test needing
-  # vLLM carries the marker); tests/megatron's ones run the Megatron actor with the vLLM rollout (.venv-vllm has
-  # megatron-core too, without mbridge).
-  local vllm_test_file vllm_test_files
+  # Every file of tests/ using pytest.mark.vllm (read from the source by tests/marked_files.py;
+  # tests/test_test_layout_on_cpu.py checks that every test needing vLLM carries the marker), in ONE pytest process:
+  # each process pays about 10 s of imports (torch, transformers, vllm) and builds the session fixtures (tiny models,
+  # data) again. In-process vLLM engines share vLLM's global parallel state, which an engine's teardown resets for
+  # every engine of the process: tests/conftest.py collects a vllm-marked module's garbage when the module ends, so
+  # its engines are gone before the next module builds its own. tests/megatron's files run the Megatron actor with
+  # the vLLM rollout (.venv-vllm has megatron-core too, without mbridge).
+  # A file that collects no test fails the stage (its marker went missing or it broke at import).
+  local vllm_test_files junit rc=0
   vllm_test_files=$("$VENV/bin/python" tests/marked_files.py vllm) || return
   if [ -z "$vllm_test_files" ]; then echo "[test] ERROR: no vllm-marked test files found" >&2; return 1; fi
-  for vllm_test_file in $vllm_test_files; do
-    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file" || return
-  done
+  junit="$(mktemp)"
+  # shellcheck disable=SC2086  # one argument per file
+  VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider --junitxml="$junit" $vllm_test_files || rc=$?
+  if [ "$rc" -eq 0 ]; then "$VENV/bin/python" tests/marked_files.py --check-junit "$junit" $vllm_test_files || rc=$?; fi
+  rm -f "$junit"
+  return "$rc"
 }
 
 megatron_tests() {

@@ -82,11 +82,11 @@ vllm_tests() {
   # Every file of tests/ using pytest.mark.vllm (read from the source by tests/marked_files.py;
   # tests/test_test_layout_on_cpu.py checks that every test needing vLLM carries the marker), in ONE pytest process:
   # each process pays about 10 s of imports (torch, transformers, vllm) and builds the session fixtures (tiny models,
-  # data) again. In-process vLLM engines share vLLM's global parallel state, which an engine's teardown resets for
-  # every engine of the process: tests/conftest.py collects a vllm-marked module's garbage when the module ends, so
-  # its engines are gone before the next module builds its own. tests/megatron's files run the Megatron actor with
-  # the vLLM rollout (.venv-vllm has megatron-core too, without mbridge).
-  # A file that collects no test fails the stage (its marker went missing or it broke at import).
+  # data) again. In-process vLLM engines share vLLM's global parallel state, which an engine's teardown would reset
+  # under the others; a built in-process engine stays referenced until the process ends (a dropped handle survives
+  # gc.collect()), so none is torn down mid-run: about 1 GiB each (VLLM_CPU_KVCACHE_SPACE) for the 6 in-process
+  # engines of tests/workers. tests/megatron's files run the Megatron actor with the vLLM rollout (.venv-vllm has
+  # megatron-core too, without mbridge). A listed file of which no test ran (none selected by -m vllm) fails the stage.
   local vllm_test_files junit rc=0
   vllm_test_files=$("$VENV/bin/python" tests/marked_files.py vllm) || return
   if [ -z "$vllm_test_files" ]; then echo "[test] ERROR: no vllm-marked test files found" >&2; return 1; fi

@@ -10,7 +10,6 @@ marker, and a ``gpu`` test is skipped here, at collection, on a machine without 
 
 from __future__ import annotations
 
-import gc
 import os
 
 import pytest
@@ -34,17 +33,6 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def release_vllm_engines_after_module(request):
-    """After a ``vllm``-marked module, collect its garbage: the in-process vLLM engines its fixtures and tests built
-    go now, not at some later collection. The vLLM stage runs every vllm-marked file in one pytest process, and an
-    engine's teardown resets vLLM's global parallel state for every engine of the process: a late one would pull
-    it from under the next module's engine."""
-    yield
-    if request.node.get_closest_marker("vllm") is not None:
-        gc.collect()
 
 
 # Logical CPUs the shared test cluster advertises (real cores are 2; Ray actors here are idle most of the time).

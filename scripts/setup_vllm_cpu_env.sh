@@ -24,7 +24,7 @@ TORCH_PIN="torch==2.13.0"
 STAMP="$VENV/.hybridrl-installed"
 WANT="$(cat "${BASH_SOURCE[0]}" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
-  echo "[setup] $VENV is up to date"
+  echo "[setup_vllm_cpu_env] $VENV is ready (installed by this script and pyproject.toml as they are now)"
   exit 0
 fi
 PIN_FILE="$(mktemp)"

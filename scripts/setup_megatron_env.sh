@@ -27,9 +27,13 @@ PIP="$VENV/bin/pip"
 "$PIP" install -q --upgrade pip
 # One resolve for every pinned dependency (megatron-core's, transformers', hybridrl's runtime ones), then the two
 # --no-deps installs: mbridge and hybridrl itself (editable), without moving torch or transformers. --no-compile:
-# the tests import a small part of these packages; the rest is never byte-compiled (Python compiles on import).
-"$PIP" install -q --no-compile -c "$PIN_FILE" "$TORCH_PIN" "megatron-core>=0.16,<0.17" "transformers==4.57.6" \
+# the tests import a small part of these packages, which Python compiles on first import and caches; but where
+# PYTHONDONTWRITEBYTECODE is set (CI machines) nothing would ever be cached and every process would compile torch & co.
+# again, so there the install compiles up front.
+compile_flag=(--no-compile)
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then compile_flag=(); fi
+"$PIP" install -q "${compile_flag[@]}" -c "$PIN_FILE" "$TORCH_PIN" "megatron-core>=0.16,<0.17" "transformers==4.57.6" \
   safetensors einops "ray[default]>=2.40" "hydra-core>=1.3" "omegaconf>=2.3" pyarrow pandas "tensordict>=0.10" \
   torchdata tqdm tokenizers psutil pytest pytest-timeout
-"$PIP" install -q --no-compile --no-deps "mbridge==0.15.1" -e "$ROOT"
+"$PIP" install -q "${compile_flag[@]}" --no-deps "mbridge==0.15.1" -e "$ROOT"
 "$VENV/bin/python" -c "import torch, megatron.core, mbridge, transformers; print('megatron-core', megatron.core.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -210,17 +210,19 @@ def evaluate_sets(model: Any, tokenizer: Any, sets: dict[str, list[dict]], batch
     return tallies
 
 
-def load_model(model_dir: str, dtype: str) -> tuple[Any, Any, str]:
-    """The Hugging Face model (eval mode, CPU) and tokenizer; ``auto`` dtype is bf16 only on CPUs with bf16 units."""
+def load_model(model_dir: str, dtype: str, decode_rows: int = 64) -> tuple[Any, Any, str]:
+    """The Hugging Face model (eval mode, CPU) and tokenizer; ``auto`` dtype is bf16 only where it measures faster
+    at the model's decode shapes (:mod:`hybridrl.utils.cpu_precision`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hybridrl.utils.cpu_features import has_native_bf16
+    from hybridrl.utils.cpu_precision import choose_precision, measure_precision, model_matmul_shapes
 
-    if dtype == "auto":
-        dtype = "bfloat16" if has_native_bf16() else "float32"
     if not (Path(model_dir) / "config.json").is_file():
         raise FileNotFoundError(f"--model {model_dir}: not a Hugging Face model folder (no config.json); the "
                                 "quickstart links its trained model as outputs/quickstart/models/<experiment>")
+    if dtype == "auto":
+        shapes = model_matmul_shapes(json.loads((Path(model_dir) / "config.json").read_text()), decode_rows)
+        dtype = {"bf16": "bfloat16", "fp32": "float32"}[choose_precision("auto", measure_precision(shapes))]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sets = {"independent": sample_rows(unseen_additions(splits), args.num, args.sample_seed)}
         if not args.no_validation:
             sets["validation"] = splits["test"]
-    model, tokenizer, dtype = load_model(args.model, args.dtype)
+    model, tokenizer, dtype = load_model(args.model, args.dtype, args.batch_size)
     print(f"[evaluate] {args.model} ({dtype}): " + ", ".join(f"{k} {len(v)} problems" for k, v in sets.items()),
           flush=True)
     tallies = evaluate_sets(model, tokenizer, sets, args.batch_size, args.max_new_tokens, args.max_prompt_length,

@@ -30,12 +30,15 @@ MIN_LR_RATIO="${MIN_LR_RATIO:-0.1}"
 RESPONSE_LENGTH="${RESPONSE_LENGTH:-12}"          # "ab + cd = efg" is 11 SmolLM2 tokens; the scorer takes the last integer
 INDEPENDENT="${INDEPENDENT:-0}"             # >0: afterwards, score the trained model on this many unseen problems (evaluate.py)
 TEST_FREQ="${TEST_FREQ:-10}"                # greedy validation of the 128 problems: ~17 s each
-DTYPE="${ROLLOUT_DTYPE:-auto}"             # rollout weights; auto: bfloat16 where the CPU has bf16 matmul units
+DTYPE="${ROLLOUT_DTYPE:-auto}"             # rollout weights: auto, bfloat16 or float32
 TRAIN_DTYPE="${TRAIN_DTYPE:-auto}"        # FSDP compute dtype of the actor (fp32 master weights, fp32 log-softmax)
-if [ "$TRAIN_DTYPE" = auto ] || [ "$DTYPE" = auto ]; then  # bf16 only with bf16 matmul units (else ~60x slower)
-  NATIVE_BF16="$("$PYTHON" -c 'from hybridrl.utils.cpu_features import has_native_bf16; print(has_native_bf16() is not False)')"
-  [ "$TRAIN_DTYPE" = auto ] && { [ "$NATIVE_BF16" = True ] && TRAIN_DTYPE=bf16 || TRAIN_DTYPE=fp32; }
-  [ "$DTYPE" = auto ] && { [ "$NATIVE_BF16" = True ] && DTYPE=bfloat16 || DTYPE=float32; }
+if [ "$TRAIN_DTYPE" = auto ] || [ "$DTYPE" = auto ]; then
+  # auto: bf16 and fp32 timed at SmolLM2-135M's matmul shapes (<1 s), bf16 only where it is clearly faster
+  PRECISION="$("$PYTHON" -m hybridrl.utils.cpu_precision --hidden_size 576 --intermediate_size 1536 \
+      --vocab_size 49152 --decode_rows $(( BATCH * N )) --threads "$THREADS" --train "$TRAIN_DTYPE" --rollout "$DTYPE")"
+  echo "$PRECISION" | grep '^\[precision\]' || true
+  CHOICE="$(echo "$PRECISION" | tail -n 1)"  # train=<bf16|fp32> rollout=<bfloat16|float32>
+  TRAIN_DTYPE="${CHOICE#train=}" && TRAIN_DTYPE="${TRAIN_DTYPE%% *}" && DTYPE="${CHOICE##*rollout=}"
 fi
 # Steps of the cosine schedule: ~8 training minutes on a 2-core CPU either way. bf16 steps take ~6.5 s (72 steps),
 # fp32 steps ~10 s (48); 72 steps lift the bf16 runs from 80.3-85.6% to 84.6-87.2% on unseen problems (README.md).

@@ -154,7 +154,8 @@ def warn_bf16_without_cpu_support(config: DictConfig, native_bf16: bool | None) 
     """Warn (once) when a CPU run computes in bf16 on a CPU without bf16 matmul units; returns the bf16 keys named.
 
     ``rollout.dtype`` defaults to ``bfloat16`` (verl's default, right for GPUs): on an AVX2-only CPU torch emulates
-    bf16 and matmuls run ~60x slower than fp32, which looks like a hang rather than a setting.
+    bf16 and matmuls run ~60x slower than fp32, which looks like a hang rather than a setting. The flags decide here
+    (the preflight stays torch-free); :mod:`hybridrl.utils.cpu_precision` measures where they do not settle it.
     """
     if native_bf16 is not False:  # has bf16 units, or unknown (no /proc/cpuinfo): say nothing
         return []
@@ -163,5 +164,6 @@ def warn_bf16_without_cpu_support(config: DictConfig, native_bf16: bool | None) 
         fixes = " ".join(f"{key}={'float32' if key.endswith('.dtype') else 'fp32'}" for key in keys)
         warn_once(f"trainer.device=cpu computes in bf16 ({', '.join(keys)}), but this CPU has no bf16 matmul units "
                   f"(none of avx512_bf16 / amx_bf16 / bf16 in /proc/cpuinfo): bf16 runs one to two orders of magnitude "
-                  f"slower than fp32 here. Set {fixes}.")
+                  f"slower than fp32 here. Set {fixes} (`python -m hybridrl.utils.cpu_precision --model "
+                  f"{get(config, 'actor_rollout_ref.model.path')}` measures both at the model's shapes).")
     return keys

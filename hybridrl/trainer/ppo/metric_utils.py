@@ -3,7 +3,8 @@
 Notation:
     B: responses in the batch, P: max prompt length, R: max response length.
     Keys: ``critic/{score,rewards,advantages,returns,values}/{mean,max,min}``, ``critic/vf_explained_var``,
-    ``response_length/*``, ``prompt_length/*``, ``timing_s/*``, ``timing_per_token_ms/*``, ``perf/*``.
+    ``response_length/*``, ``prompt_length/*``, ``timing_s/*``, ``timing_per_token_ms/*``, ``perf/*``, and (verl 0.9,
+    with ``actor.calculate_sum_pi_squared``) ``variance_proxy/*``.
 
 Deviation note: score and reward statistics run over all rows (verl v0.5.0); the later
 ``response_length_non_aborted/*`` and ``response/aborted_ratio`` keys are added on top (a response
@@ -23,6 +24,7 @@ from tensordict import TensorDict
 
 from hybridrl.protocol import DataProto
 from hybridrl.utils.metric import reduce_metrics
+from hybridrl.utils.torch_functional import masked_mean, masked_sum
 
 __all__ = [
     "bootstrap_metric",
@@ -30,6 +32,7 @@ __all__ = [
     "compute_data_metrics",
     "compute_throughout_metrics",
     "compute_timing_metrics",
+    "compute_variance_proxy_metrics",
     "process_validation_metrics",
     "reduce_metrics",
 ]
@@ -158,6 +161,47 @@ def compute_throughout_metrics(batch: DataProto, timing_raw: dict[str, float], n
         "perf/total_num_tokens": total_num_tokens,
         "perf/time_per_step": step_time,
         "perf/throughput": total_num_tokens / (step_time * n_gpus),
+    }
+
+
+def compute_variance_proxy_metrics(batch: DataProto, gradient_norm: float | None = None) -> dict[str, float]:
+    """``variance_proxy/*``: verl 0.9's cheap gauge of the policy gradient's variance, from Σπ² (empty without it).
+
+    W-score per trajectory ``W(τ) = Σ_t [1 − 2π_t(y_t) + Σ_v π_t(v)²]`` over response tokens (``π_t(y_t)`` from
+    ``old_log_probs``, ``Σπ²`` = ``sum_pi_squared``, both ``[B, R]``; with ``rollout_is_weights`` ``ρ [B, R]`` each
+    term is scaled by ``ρ²``) approximates a token's squared score-function norm, so with ``A`` the trajectory's mean
+    advantage over its response tokens:
+
+    - ``proxy2_total_power`` ``E[A² · max(W, 0)]`` (with IS weights: ``E[ρ̄² · A² · max(W_unscaled, 0)]``, ``ρ̄`` the
+      mean weight of the trajectory) ≈ ``E‖g_τ‖²``, signal plus noise;
+    - ``proxy1_signal_strength`` ``‖ḡ‖²`` = the step's ``actor/grad_norm`` squared (0 without it);
+    - ``proxy3_pure_noise`` ``max(0, (proxy2 − proxy1) / (B − 1))``, the variance of the batch-mean gradient;
+    - ``expected_a_squared`` ``E[A²]`` and ``expected_w`` ``E[W]``.
+    """
+    tensors = _tensors(batch)
+    if not {"sum_pi_squared", "old_log_probs", "advantages"} <= set(tensors.keys()):
+        return {}
+    mask = tensors["response_mask"].float()
+    w_per_token = 1 - 2 * torch.exp(tensors["old_log_probs"].float()) + tensors["sum_pi_squared"].float()
+    weights = tensors["rollout_is_weights"].float() if "rollout_is_weights" in tensors.keys() else None
+    if weights is not None:
+        w_per_token = w_per_token * weights.square()
+    advantage = masked_mean(tensors["advantages"].float(), mask, axis=-1)
+    w_score = masked_sum(w_per_token, mask, axis=-1)
+    if weights is None:
+        total_power = (advantage.square() * w_score.clamp(min=0.0)).mean()
+    else:  # verl divides the scaled terms back by ρ² (clamped), so tokens with ρ = 0 stay out of W
+        unscaled = masked_sum(w_per_token / weights.square().clamp(min=1e-10), mask, axis=-1).clamp(min=0.0)
+        total_power = (masked_mean(weights, mask, axis=-1).square() * advantage.square() * unscaled).mean()
+    signal = gradient_norm**2 if gradient_norm is not None else None
+    rows = advantage.shape[0]
+    noise = max(0.0, (total_power.item() - signal) / (rows - 1)) if signal is not None and rows > 1 else 0.0
+    return {
+        "variance_proxy/proxy1_signal_strength": signal if signal is not None else 0.0,
+        "variance_proxy/proxy2_total_power": total_power.item(),
+        "variance_proxy/proxy3_pure_noise": noise,
+        "variance_proxy/expected_a_squared": advantage.square().mean().item(),
+        "variance_proxy/expected_w": w_score.mean().item(),
     }
 
 

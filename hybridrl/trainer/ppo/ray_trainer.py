@@ -59,7 +59,12 @@ from hybridrl.trainer.ppo.batch_advantage import apply_kl_penalty, compute_advan
 from hybridrl.trainer.ppo.batch_collection import BatchCollector, OneGenerationBatch, Rollout
 from hybridrl.trainer.ppo.checkpointing import Checkpointer
 from hybridrl.trainer.ppo.core_algos import AdvantageEstimator, get_kl_controller
-from hybridrl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
+from hybridrl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+    compute_variance_proxy_metrics,
+)
 from hybridrl.trainer.ppo.ppo_update import PPOUpdate, UpdateStage
 from hybridrl.trainer.ppo.protocols import RewardManager
 from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role, need_critic
@@ -337,6 +342,7 @@ class RayPPOTrainer:
             **compute_timing_metrics(batch=batch, timing_raw=timing_raw),
             **compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
                                          n_gpus=self.resource_pool_manager.get_n_gpus()),
+            **compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm")),
         }
 
     def _validate_and_save_if_due(self) -> dict[str, Any]:

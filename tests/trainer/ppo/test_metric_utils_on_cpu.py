@@ -113,3 +113,55 @@ def test_process_validation_metrics():
     assert {"worst@2/mean", "worst@2/std", "maj@2/mean", "maj@2/std", "best@2/std"} <= gsm.keys()
     assert "pred" not in out["gsm8k"]  # string variables are not scored
     assert out["math"]["reward"] == {"mean@1": 0.5}  # a single response: only mean@1
+
+
+def variance_batch(with_is_weights: bool) -> DataProto:
+    """2 trajectories, R = 2. Row 0: π(y) = 0.5, 0.25 and Σπ² = 0.5, 0.25 (W per token 0.5, 0.75; A = 1).
+    Row 1: π(y) = 0.5 and Σπ² = 0.5 on its one response token (W 0.5; A = -2; the masked token is ignored)."""
+    tensors = {
+        "old_log_probs": torch.tensor([[0.5, 0.25], [0.5, 0.9]]).log(),
+        "sum_pi_squared": torch.tensor([[0.5, 0.25], [0.5, 0.3]]),
+        "advantages": torch.tensor([[1.0, 1.0], [-2.0, 5.0]]),
+        "response_mask": torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
+    }
+    if with_is_weights:  # ρ = 2, 1 on row 0; ρ = 0 (rejected) on row 1's token
+        tensors["rollout_is_weights"] = torch.tensor([[2.0, 1.0], [0.0, 1.0]])
+    return DataProto.from_dict(tensors)
+
+
+def test_variance_proxies_on_policy_hand_computed():
+    from hybridrl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    metrics = compute_variance_proxy_metrics(variance_batch(with_is_weights=False), gradient_norm=0.5)
+    # W = 1.25 and 0.5; A = 1 and -2: E[A²W] = (1.25 + 4 · 0.5) / 2; ‖ḡ‖² = 0.25; noise (1.625 - 0.25) / (2 - 1)
+    assert metrics == pytest.approx({
+        "variance_proxy/proxy1_signal_strength": 0.25,
+        "variance_proxy/proxy2_total_power": 1.625,
+        "variance_proxy/proxy3_pure_noise": 1.375,
+        "variance_proxy/expected_a_squared": 2.5,
+        "variance_proxy/expected_w": 0.875,
+    })
+
+
+def test_variance_proxies_with_rollout_is_weights_hand_computed():
+    from hybridrl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    metrics = compute_variance_proxy_metrics(variance_batch(with_is_weights=True))
+    # scaled W: row 0 0.5·4 + 0.75·1 = 2.75, row 1 0.5·0 = 0 → E[W] = 1.375. Unscaled (verl divides by ρ² clamped
+    # at 1e-10, so the rejected token stays out): 1.25 and 0; ρ̄ = 1.5 and 0 → E[ρ̄²A²W] = (2.25 · 1 · 1.25) / 2.
+    assert metrics["variance_proxy/proxy2_total_power"] == pytest.approx(1.40625)
+    assert metrics["variance_proxy/expected_w"] == pytest.approx(1.375)
+    assert metrics["variance_proxy/proxy1_signal_strength"] == 0.0 and metrics["variance_proxy/proxy3_pure_noise"] == 0.0
+
+
+def test_variance_proxies_clamp_negative_w_and_need_sum_pi_squared():
+    from hybridrl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    batch = variance_batch(with_is_weights=False)
+    batch.batch["old_log_probs"] = torch.tensor([[0.9, 0.9], [0.5, 0.5]]).log()  # row 0: W = 2 (1 - 1.8) + 0.75 < 0
+    metrics = compute_variance_proxy_metrics(batch, gradient_norm=10.0)
+    assert metrics["variance_proxy/proxy2_total_power"] == pytest.approx(4 * 0.5 / 2)  # row 0's W clamped to 0
+    assert metrics["variance_proxy/expected_w"] == pytest.approx((-1.6 + 0.75 + 0.5) / 2)  # unclamped
+    assert metrics["variance_proxy/proxy3_pure_noise"] == 0.0  # ‖ḡ‖² = 100 > E[A²W]: floored at 0
+    batch.batch.pop("sum_pi_squared")
+    assert compute_variance_proxy_metrics(batch, gradient_norm=0.5) == {}

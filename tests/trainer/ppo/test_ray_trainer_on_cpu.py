@@ -15,7 +15,7 @@ import torch
 from config_testlib import compose_config
 
 from hybridrl.protocol import DataProto
-from hybridrl.trainer.ppo import stages
+from hybridrl.trainer.ppo import ray_trainer, stages
 from hybridrl.trainer.ppo.ray_trainer import RayPPOTrainer
 from tests.recipes.fakes import R as RESPONSE_LENGTH
 from tests.recipes.fakes import make_trainer
@@ -214,3 +214,42 @@ def test_worker_group_attributes_delegate_to_the_workers_record(setup):
     trainer.critic_wg = critic
     assert trainer.workers.critic is critic and trainer.workers.use_critic
     assert trainer.workers.actor_rollout is trainer.actor_rollout_wg  # the other groups are kept
+
+
+def test_a_step_with_sum_pi_squared_reports_verl_variance_proxies(setup, monkeypatch):
+    """actor.calculate_sum_pi_squared: the step's metrics carry verl 0.9's ``variance_proxy/*`` (the formulas:
+    test_metric_utils_on_cpu.py), fed the actor's ``actor/grad_norm``; without Σπ² there are none."""
+    trainer = setup(**{"trainer.total_training_steps": 1})
+    actor, logged = trainer.actor_rollout_wg, []
+    plain_log_prob, plain_update = actor.compute_log_prob, actor.update_actor
+
+    def log_prob_with_sum_pi_squared(batch):  # π(y_t) = 1 and Σπ² = 1.5: W = 0.5 per response token
+        output = plain_log_prob(batch)
+        output.batch["sum_pi_squared"] = torch.full((len(batch), RESPONSE_LENGTH), 1.5)
+        return output
+
+    def update_with_grad_norm(batch):
+        output = plain_update(batch)
+        output.meta_info["metrics"]["actor/grad_norm"] = [0.5]
+        return output
+
+    class Recorded:  # the step metrics fit() logs
+        def __init__(self, **kwargs):
+            pass
+
+        def log(self, data, step):
+            logged.append(data)
+
+        def finish(self):
+            pass
+
+    monkeypatch.setattr(ray_trainer, "Tracking", Recorded)
+    actor.update_actor = update_with_grad_norm
+    trainer.fit()
+    assert not any(key.startswith("variance_proxy/") for key in logged[-1])
+    actor.compute_log_prob = log_prob_with_sum_pi_squared
+    trainer.total_training_steps, logged[:] = 2, []
+    trainer.fit()
+    metrics = logged[-1]
+    assert metrics["variance_proxy/proxy1_signal_strength"] == pytest.approx(0.25)
+    assert metrics["variance_proxy/expected_w"] == pytest.approx(0.5 * metrics["response_length/mean"])

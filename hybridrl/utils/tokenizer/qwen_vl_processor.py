@@ -67,7 +67,8 @@ class QwenVLImageProcessor:
 
     def apply_chat_template(self, messages: list[dict], **kwargs: Any) -> Any:
         """The chat template over typed content (``tokenize=False`` gives the text to pass to ``__call__``)."""
-        kwargs.setdefault("chat_template", self.chat_template)
+        if kwargs.get("chat_template") is None:
+            kwargs["chat_template"] = self.chat_template
         return self.tokenizer.apply_chat_template(messages, **kwargs)
 
     def num_image_tokens(self, image_grid_thw: Any) -> list[int]:

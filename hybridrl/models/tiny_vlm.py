@@ -87,39 +87,17 @@ def _qwen_config(family: str, tokenizer: Any) -> Any:
     }
     vision = {"depth": 1, "num_heads": 2, "spatial_merge_size": 2, "temporal_patch_size": 2}
     if family == "qwen2_vl":
-        return Qwen2VLConfig(
-            text_config=text,
-            vision_config={**vision, "embed_dim": 32, "mlp_ratio": 2, "hidden_size": _TEXT["hidden_size"]},
-            **ids,
-        )
+        vision.update(embed_dim=32, mlp_ratio=2, hidden_size=_TEXT["hidden_size"])
+        return Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+    # Qwen2.5-VL and Qwen3-VL: the vision tower has its own width, projected to the language model's width
+    vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=_TEXT["hidden_size"])
     if family == "qwen2_5_vl":
-        return Qwen2_5_VLConfig(
-            text_config=text,
-            vision_config={
-                **vision,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "out_hidden_size": _TEXT["hidden_size"],
-                "window_size": IMAGE_SIZE,
-                "fullatt_block_indexes": [0],
-            },
-            **ids,
-        )
+        vision.update(window_size=IMAGE_SIZE, fullatt_block_indexes=[0])
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+    vision.update(patch_size=16, num_position_embeddings=16, deepstack_visual_indexes=[0])
     text["head_dim"] = _HEAD_DIM
     text["rope_parameters"]["mrope_interleaved"] = True
-    return Qwen3VLConfig(
-        text_config=text,
-        vision_config={
-            **vision,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "out_hidden_size": _TEXT["hidden_size"],
-            "patch_size": 16,
-            "num_position_embeddings": 16,
-            "deepstack_visual_indexes": [0],
-        },
-        **ids,
-    )
+    return Qwen3VLConfig(text_config=text, vision_config=vision, **ids)
 
 
 def _qwen_parts(family: str) -> tuple[Any, Any]:

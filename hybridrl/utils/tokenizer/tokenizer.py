@@ -53,7 +53,11 @@ def hf_tokenizer(
 
 
 def hf_processor(name_or_path: str, trust_remote_code: bool = False, **kwargs: Any) -> Any | None:
-    """A multimodal processor if the folder has one, else ``None`` (verl returns None for text models)."""
+    """A multimodal processor if the folder has one, else ``None`` (verl returns None for text models).
+
+    A Qwen-VL folder whose ``AutoProcessor`` cannot be built (its video processor needs torchvision) gets
+    :class:`~hybridrl.utils.tokenizer.qwen_vl_processor.QwenVLImageProcessor`, which does the image part.
+    """
     from transformers import AutoProcessor
 
     try:

@@ -67,3 +67,13 @@ def tiny_llama_dir(tmp_path_factory):
 
     spec = TinyModelSpec(arch="llama", tie_word_embeddings=False)
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), spec))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """``tiny_vlm_dir(family)``: the folder of a tiny random VLM of ``family`` (``hybridrl.models.tiny_vlm.FAMILIES``)
+    with its processor files, built once per session per family."""
+    from hybridrl.models.tiny_vlm import build_tiny_vlm
+
+    root = tmp_path_factory.mktemp("tiny_vlm")
+    return lambda family: str(build_tiny_vlm(root / family, family))

@@ -2,6 +2,7 @@
 
     families.py       the registry, one table: which model families (HF ``model_type``) each fast path supports
     tiny.py           tiny random models with a locally trained tokenizer (tests, demos, CI)
+    tiny_vlm.py       tiny random vision-language models (Qwen2/2.5/3-VL, Idefics3) with their processors
     transformers/     attention backends and patches of transformers models: varlen, grouped, fp32 (upcast)
                       and Ulysses attention, the blocked log-prob head, the packed output head, the
                       preallocated KV cache and the KV-cache helpers across transformers versions

@@ -1,6 +1,7 @@
 """examples/data_preprocess: the scripts write parquet that RLHFDataset reads and the scorers accept."""
 
 import importlib.util
+import io
 import json
 import os
 
@@ -127,3 +128,25 @@ def test_countdown_generator_targets_are_reachable(tmp_path, tokenizer):
         assert found, gt
     ds = RLHFDataset(str(tmp_path / "test.parquet"), tokenizer, {"max_prompt_length": 256, "truncation": "left"})
     assert ds[0]["data_source"] == "countdown" and set(ds[0]["reward_model"]["ground_truth"]) == {"target", "numbers"}
+
+
+def test_shapes_generator_draws_the_answer(tmp_path):
+    mod = load_script("shapes")
+    mod.main(["--local_dir", str(tmp_path), "--train_size", "12", "--test_size", "4", "--seed", "3"])
+    train = pq.read_table(str(tmp_path / "train.parquet")).to_pylist()
+    assert len(train) == 12 and len(pq.read_table(str(tmp_path / "test.parquet"))) == 4
+    assert train == mod.generate(12, 4, seed=3)["train"]  # deterministic for a seed
+    for row in train:
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(row["images"][0]["bytes"]))
+        left, top, right, bottom = row["extra_info"]["box"]
+        centre = ((left + right) // 2, top + (bottom - top) * 2 // 3)  # inside a circle, a square and a triangle
+        assert image.size == (56, 56)
+        assert image.convert("RGB").getpixel(centre) == mod.COLOURS[row["reward_model"]["ground_truth"]]
+        assert row["prompt"][0]["content"].count("<image>") == len(row["images"]) == 1
+    assert len({row["reward_model"]["ground_truth"] for row in train}) > 1
+    blank = mod.generate(2, 0, seed=3, blank=True)["train"]
+    pixels = Image.open(io.BytesIO(blank[0]["images"][0]["bytes"])).convert("RGB").getcolors()
+    assert pixels == [(56 * 56, mod.BACKGROUND)]  # the control's images carry no answer
+    assert [r["reward_model"] for r in blank] == [r["reward_model"] for r in train[:2]]

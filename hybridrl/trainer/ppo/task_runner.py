@@ -90,6 +90,17 @@ def _own_pool(section: DictConfig, name: str, resource_pool_spec: dict) -> str |
     return name
 
 
+def load_tokenizer_and_processor(model_config: DictConfig) -> tuple[Any, Any]:
+    """The tokenizer of ``actor_rollout_ref.model.path`` and its multimodal processor (None for a text model)."""
+    from hybridrl.utils.tokenizer import hf_processor, hf_tokenizer
+
+    local_path = os.path.expanduser(model_config.path)
+    trust_remote_code = model_config.trust_remote_code
+    return hf_tokenizer(local_path, trust_remote_code=trust_remote_code), hf_processor(
+        local_path, trust_remote_code=trust_remote_code
+    )
+
+
 class TaskRunner:
     """Runs on a Ray actor: builds tokenizer, datasets, reward functions, worker groups, then trains."""
 
@@ -103,20 +114,17 @@ class TaskRunner:
         from hybridrl.trainer.ppo.reward import load_reward_manager
         from hybridrl.trainer.ppo.roles import ResourcePoolManager
         from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
-        from hybridrl.utils.tokenizer import hf_tokenizer
 
         OmegaConf.resolve(config)
-        model_cfg = config.actor_rollout_ref.model
-        local_path = os.path.expanduser(model_cfg.path)
-        tokenizer = hf_tokenizer(local_path, trust_remote_code=model_cfg.trust_remote_code)
+        tokenizer, processor = load_tokenizer_and_processor(config.actor_rollout_ref.model)
         role_worker_mapping, pool_spec, mapping = build_role_mapping(config)
         reward_kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
         reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
-        train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
-        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, None)
+        train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor)
+        val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor)
         trainer = self.trainer_class()(
-            config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
+            config=config, tokenizer=tokenizer, processor=processor, role_worker_mapping=role_worker_mapping,
             resource_pool_manager=ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping),
             reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset,
             collate_fn=collate_fn, train_sampler=create_rl_sampler(config.data, train_dataset),

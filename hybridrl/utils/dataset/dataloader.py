@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 
-def create_train_dataloader(data_config: DictConfig, dataset: Dataset, collate_fn=default_collate_fn) -> StatefulDataLoader:
+def create_train_dataloader(
+    data_config: DictConfig, dataset: Dataset, collate_fn=default_collate_fn
+) -> StatefulDataLoader:
     """verl's train loader: ``batch_size = data.gen_batch_size or data.train_batch_size``, ``drop_last=True``."""
     data_config = section_with_defaults(data_config, "data")
     batch_size = data_config.gen_batch_size or data_config.train_batch_size

@@ -53,17 +53,37 @@ def hf_tokenizer(
 
 
 def hf_processor(name_or_path: str, trust_remote_code: bool = False, **kwargs: Any) -> Any | None:
-    """A multimodal processor if the folder has one, else ``None`` (verl returns None for text models)."""
+    """A multimodal processor if the folder has one, else ``None`` (verl returns None for text models).
+
+    A Qwen-VL folder whose ``AutoProcessor`` cannot be built (its video processor needs torchvision) gets
+    :class:`~hybridrl.utils.tokenizer.qwen_vl_processor.QwenVLImageProcessor`, which does the image part.
+    """
     from transformers import AutoProcessor
 
     try:
         processor = AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
     except Exception:  # text-only folders have no processor config; verl swallows this too
-        return None
+        return _image_only_processor(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
     # AutoProcessor falls back to the tokenizer for text-only models: that is not a processor.
     if processor is None or "Processor" not in type(processor).__name__:
         return None
     return processor
+
+
+def _image_only_processor(name_or_path: str, **kwargs: Any) -> Any | None:
+    """:class:`QwenVLImageProcessor` for a Qwen-VL folder whose ``AutoProcessor`` cannot be built (its video
+    processor needs torchvision); ``None`` for any other folder."""
+    from transformers import AutoImageProcessor
+
+    from hybridrl.utils.tokenizer.qwen_vl_processor import QwenVLImageProcessor
+
+    try:
+        image_processor = AutoImageProcessor.from_pretrained(name_or_path, **kwargs)
+    except Exception:  # no image processor config: a text-only model
+        return None
+    if not QwenVLImageProcessor.fits(image_processor):
+        return None
+    return QwenVLImageProcessor.from_pretrained(name_or_path, **kwargs)
 
 
 def normalize_token_ids(tokenized_output: Any) -> list[int]:

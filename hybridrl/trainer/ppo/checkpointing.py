@@ -23,9 +23,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
+from hybridrl.utils.checkpoint import (
+    COMPLETE_MARKER,
+    is_checkpoint_complete,
+    missing_shard_files,
+    resume_elsewhere_hint,
+    save_failure_message,
+)
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
-from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
+from hybridrl.utils.fs import atomic_write_text
+from hybridrl.utils.safe_state import JSON_SUFFIX, TENSORS_SUFFIX, load_state, save_state, state_exists
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -45,15 +52,6 @@ LEGACY_OPT_IN_KEY = "trainer.allow_legacy_pickle_checkpoint"
 
 class CheckpointError(RuntimeError):
     """A checkpoint folder that cannot be resumed from (incomplete, corrupt, mismatched or unsafe)."""
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fp:
-        fp.write(text)
-        fp.flush()
-        os.fsync(fp.fileno())
-    os.replace(tmp, path)
 
 
 def find_latest_step_folder(root: str) -> str | None:
@@ -85,9 +83,13 @@ def _corrupt(path: str, error: Exception) -> CheckpointError:
     )
 
 
-def _has_driver_state(folder: str, prefix: str) -> bool:
-    """The safe pair, or an earlier version's pickle, exists for ``prefix``."""
-    return state_exists(os.path.join(folder, prefix)) or os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX))
+def _missing_driver_files(folder: str, prefix: str) -> list[str]:
+    """The files of the safe pair ``prefix`` that ``folder`` lacks ([] when an earlier version's pickle stands in)."""
+    missing = [prefix + suffix for suffix in (JSON_SUFFIX, TENSORS_SUFFIX)
+               if not os.path.exists(os.path.join(folder, prefix + suffix))]
+    if len(missing) == 2 and os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX)):
+        return []
+    return missing
 
 
 def _load_legacy_pickle(path: str, allow_legacy_pickle: bool) -> Any:
@@ -119,6 +121,20 @@ def _load_driver_state(folder: str, prefix: str, allow_legacy_pickle: bool) -> A
         return load_state(path)
     except Exception as error:  # noqa: BLE001 - JSON/safetensors errors of any kind mean "corrupt"
         raise _corrupt(path + JSON_SUFFIX, error) from error
+
+
+def missing_resume_files(folder: str, components: list[str]) -> list[str]:
+    """Paths (relative to the ``global_step_N`` ``folder``) a resume would read but cannot: the driver's state
+    pairs, each component folder, its completeness marker and every rank's shards."""
+    missing = [name for prefix in (DATALOADER_STATE, TRAINER_STATE) for name in _missing_driver_files(folder, prefix)]
+    for name in components:
+        component = os.path.join(folder, name)
+        if not os.path.exists(component):
+            missing.append(name)
+        elif not is_checkpoint_complete(component):
+            missing.append(f"{name}/{COMPLETE_MARKER}")
+        missing += [f"{name}/{shard}" for shard in missing_shard_files(component)]
+    return missing
 
 
 class Checkpointer:
@@ -173,11 +189,14 @@ class Checkpointer:
             workers.critic.save_checkpoint(
                 os.path.join(step_folder, "critic"), None, global_steps, max_ckpt_to_keep=self.max_critic_ckpt_to_keep,
             )
-        save_state(train_dataloader.state_dict(), os.path.join(step_folder, DATALOADER_STATE))
         kl_value = float(kl_ctrl.value) if kl_ctrl is not None else None
         trainer_state = {"global_steps": global_steps, "kl_ctrl_value": kl_value, "rng": _driver_rng_state()}
-        save_state(trainer_state, os.path.join(step_folder, TRAINER_STATE))
-        _atomic_write_text(os.path.join(self.root, TRACKER_FILE), str(global_steps))
+        try:
+            save_state(train_dataloader.state_dict(), os.path.join(step_folder, DATALOADER_STATE))
+            save_state(trainer_state, os.path.join(step_folder, TRAINER_STATE))
+        except OSError as error:
+            raise CheckpointError(save_failure_message(step_folder, error)) from error
+        atomic_write_text(os.path.join(self.root, TRACKER_FILE), str(global_steps))
 
     def resolve_resume_folder(self) -> str | None:
         """The ``global_step_N`` folder to resume from, or None to train from scratch."""
@@ -197,19 +216,15 @@ class Checkpointer:
         raise CheckpointError(f"trainer.resume_mode={mode!r}: expected one of auto, disable, resume_path")
 
     def check_complete(self, folder: str, use_critic: bool) -> None:
-        """Every file the resume reads exists, and each worker component finished its save (its marker)."""
-        components = ["actor"] + (["critic"] if use_critic else [])
-        missing = [f"{prefix}{JSON_SUFFIX}" for prefix in (DATALOADER_STATE, TRAINER_STATE)
-                   if not _has_driver_state(folder, prefix)]
-        missing += [name for name in components if not os.path.exists(os.path.join(folder, name))]
-        missing += [f"{name}/{COMPLETE_MARKER}" for name in components
-                    if os.path.isdir(os.path.join(folder, name))
-                    and not is_checkpoint_complete(os.path.join(folder, name))]
+        """Every file the resume reads exists, and each worker component finished its save (its marker).
+
+        Runs at resume start, before any worker loads (and in the preflight, before Ray): a deleted shard is named
+        with the previous complete step to resume from, instead of failing in a worker after the models are built.
+        """
+        missing = missing_resume_files(folder, ["actor"] + (["critic"] if use_critic else []))
         if missing:
             raise CheckpointError(
-                f"checkpoint {folder} is incomplete (missing {missing}). Resume from an earlier step with "
-                "trainer.resume_mode=resume_path trainer.resume_from_path=<folder>, or start over with "
-                "trainer.resume_mode=disable"
+                f"checkpoint {folder} is incomplete (missing {missing}); {resume_elsewhere_hint(folder)}"
             )
 
     def load(

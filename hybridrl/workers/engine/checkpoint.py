@@ -67,11 +67,22 @@ def _barrier() -> None:
 
 
 def _save_file(obj: Any, path: str) -> None:
-    """``torch.save`` to a temp file, fsync, rename: a reader never sees half a file, a failure leaves no temp file."""
-    with replacing_file(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+    """``torch.save`` to a temp file, fsync, rename: a reader never sees half a file, a failure leaves no temp file.
+
+    Raises:
+        CheckpointSaveError: the disk refused the write (full, quota); torch reports that as a RuntimeError
+            ("unexpected pos") whose context is the OSError.
+    """
+    try:
+        with replacing_file(path) as tmp, open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as error:
+        cause = error if isinstance(error, OSError) else error.__context__
+        if not isinstance(cause, OSError):
+            raise
+        raise CheckpointSaveError(save_failure_message(os.path.dirname(path), cause)) from error
 
 
 def checkpoint_contents(config: Any, key: str) -> list[str]:
@@ -238,7 +249,7 @@ class CheckpointShardError(RuntimeError):
     """A worker's checkpoint file exists but cannot be read (truncated or corrupt)."""
 
 
-class CheckpointSaveError(OSError):
+class CheckpointSaveError(RuntimeError):
     """Writing a checkpoint failed (a full disk, a quota); its temporary files are removed."""
 
 

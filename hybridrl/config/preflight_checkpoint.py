@@ -2,7 +2,7 @@
 
 Without it a deleted worker shard surfaced in a worker after Ray, the workers and the models had started (minutes
 into a large run), as a bare "file is missing". The check is the one the trainer repeats at resume start
-(:func:`hybridrl.trainer.ppo.checkpointing.missing_resume_files`): the driver's state pairs, each component folder,
+(:func:`hybridrl.utils.checkpoint.missing_resume_files`): the driver's state pairs, each component folder,
 its completeness marker and every rank's shards; the message names the previous complete step.
 """
 
@@ -42,8 +42,7 @@ def check_resume_folder(config: DictConfig) -> list[ConfigProblem]:
     folder = resume_folder(config)
     if folder is None:
         return []
-    from hybridrl.trainer.ppo.checkpointing import missing_resume_files  # imports torch: only when resuming
-    from hybridrl.utils.checkpoint import resume_elsewhere_hint
+    from hybridrl.utils.checkpoint import missing_resume_files, resume_elsewhere_hint  # torch: only when resuming
 
     missing = missing_resume_files(folder, ["actor"] + (["critic"] if need_critic(config) else []))
     if not missing:

@@ -24,15 +24,16 @@ import numpy as np
 import torch
 
 from hybridrl.utils.checkpoint import (
-    COMPLETE_MARKER,
-    is_checkpoint_complete,
-    missing_shard_files,
+    DATALOADER_STATE,
+    LEGACY_SUFFIX,
+    TRAINER_STATE,
+    missing_resume_files,
     resume_elsewhere_hint,
     save_failure_message,
 )
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
 from hybridrl.utils.fs import atomic_write_text
-from hybridrl.utils.safe_state import JSON_SUFFIX, TENSORS_SUFFIX, load_state, save_state, state_exists
+from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -44,9 +45,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
-TRAINER_STATE = "trainer_state"  # file prefix: trainer_state.json + trainer_state.safetensors
-DATALOADER_STATE = "data"  # file prefix: data.json + data.safetensors
-LEGACY_SUFFIX = ".pt"  # earlier hybridrl versions: data.pt / trainer_state.pt, pickles
 LEGACY_OPT_IN_KEY = "trainer.allow_legacy_pickle_checkpoint"
 
 
@@ -83,15 +81,6 @@ def _corrupt(path: str, error: Exception) -> CheckpointError:
     )
 
 
-def _missing_driver_files(folder: str, prefix: str) -> list[str]:
-    """The files of the safe pair ``prefix`` that ``folder`` lacks ([] when an earlier version's pickle stands in)."""
-    missing = [prefix + suffix for suffix in (JSON_SUFFIX, TENSORS_SUFFIX)
-               if not os.path.exists(os.path.join(folder, prefix + suffix))]
-    if len(missing) == 2 and os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX)):
-        return []
-    return missing
-
-
 def _load_legacy_pickle(path: str, allow_legacy_pickle: bool) -> Any:
     """An earlier hybridrl version's pickle: refused unless the user opted in (it can run any code)."""
     if not allow_legacy_pickle:
@@ -121,20 +110,6 @@ def _load_driver_state(folder: str, prefix: str, allow_legacy_pickle: bool) -> A
         return load_state(path)
     except Exception as error:  # noqa: BLE001 - JSON/safetensors errors of any kind mean "corrupt"
         raise _corrupt(path + JSON_SUFFIX, error) from error
-
-
-def missing_resume_files(folder: str, components: list[str]) -> list[str]:
-    """Paths (relative to the ``global_step_N`` ``folder``) a resume would read but cannot: the driver's state
-    pairs, each component folder, its completeness marker and every rank's shards."""
-    missing = [name for prefix in (DATALOADER_STATE, TRAINER_STATE) for name in _missing_driver_files(folder, prefix)]
-    for name in components:
-        component = os.path.join(folder, name)
-        if not os.path.exists(component):
-            missing.append(name)
-        elif not is_checkpoint_complete(component):
-            missing.append(f"{name}/{COMPLETE_MARKER}")
-        missing += [f"{name}/{shard}" for shard in missing_shard_files(component)]
-    return missing
 
 
 class Checkpointer:

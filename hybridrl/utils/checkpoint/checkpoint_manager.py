@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from hybridrl.utils.fs import atomic_write_text
+from hybridrl.utils.safe_state import JSON_SUFFIX, TENSORS_SUFFIX
 
 CHECKPOINT_TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 COMPLETE_MARKER = "checkpoint_complete.json"
@@ -39,6 +40,10 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _COMPONENT_FILE = re.compile(
     r"^(model|optim|extra_state)_world_size_\d+_rank_\d+\.pt$|^fsdp_config\.json$|^megatron_checkpoint\.json$"
 )
+# The driver's state in global_step_N (hybridrl.trainer.ppo.checkpointing): JSON + safetensors pairs by prefix
+DATALOADER_STATE = "data"  # data.json + data.safetensors
+TRAINER_STATE = "trainer_state"  # trainer_state.json + trainer_state.safetensors
+LEGACY_SUFFIX = ".pt"  # earlier hybridrl versions: data.pt / trainer_state.pt, pickles
 _SHARD_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 _FSDP_CONFIG_FILE = "fsdp_config.json"  # {"world_size": W}, written by rank 0 of an FSDP save
 
@@ -159,6 +164,32 @@ def missing_shard_files(component: str) -> list[str]:
         for rank in range(world_size)
         if (kind, world_size, rank) not in shards
     ]
+
+
+def missing_resume_files(folder: str, components: list[str]) -> list[str]:
+    """Paths (relative to the ``global_step_N`` ``folder``) a resume would read but cannot: the driver's state
+    pairs, each component folder, its completeness marker and every rank's shards."""
+    missing = [name for prefix in (DATALOADER_STATE, TRAINER_STATE) for name in _missing_driver_files(folder, prefix)]
+    for name in components:
+        component = os.path.join(folder, name)
+        if not os.path.exists(component):
+            missing.append(name)
+        elif not is_checkpoint_complete(component):
+            missing.append(f"{name}/{COMPLETE_MARKER}")
+        missing += [f"{name}/{shard}" for shard in missing_shard_files(component)]
+    return missing
+
+
+def _missing_driver_files(folder: str, prefix: str) -> list[str]:
+    """The files of the safe pair ``prefix`` that ``folder`` lacks ([] when an earlier version's pickle stands in)."""
+    missing = [
+        prefix + suffix
+        for suffix in (JSON_SUFFIX, TENSORS_SUFFIX)
+        if not os.path.exists(os.path.join(folder, prefix + suffix))
+    ]
+    if len(missing) == 2 and os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX)):
+        return []
+    return missing
 
 
 def resume_elsewhere_hint(step_folder: str) -> str:

@@ -145,10 +145,6 @@ def missing_shard_files(component: str) -> list[str]:
     Every kind (``model``, ``optim``, ``extra_state``) that one rank saved must exist for every rank of the saved
     world size (``fsdp_config.json``); ``model`` is always saved. A folder of another layout (Megatron) gives [].
     """
-    if not os.path.isdir(component):
-        return []
-    names = os.listdir(component)
-    shards = {(m.group(1), int(m.group(2)), int(m.group(3))) for m in map(_SHARD_FILE.match, names) if m}
     config_path = os.path.join(component, _FSDP_CONFIG_FILE)
     if not os.path.isfile(config_path):
         return []
@@ -157,6 +153,8 @@ def missing_shard_files(component: str) -> list[str]:
             world_size = int(json.load(handle)["world_size"])
     except (OSError, ValueError, KeyError, TypeError):
         return []  # an unreadable fsdp_config.json is the loader's to report
+    matches = map(_SHARD_FILE.match, os.listdir(component))
+    shards = {(match.group(1), int(match.group(2)), int(match.group(3))) for match in matches if match}
     kinds = {kind for kind, _, _ in shards} | {"model"}
     return [
         f"{kind}_world_size_{world_size}_rank_{rank}.pt"

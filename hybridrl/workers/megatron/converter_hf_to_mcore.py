@@ -31,23 +31,12 @@ def _layout(use_mbridge: bool) -> Any:
     """An ``actor.megatron``-shaped section for one process: TP = PP = CP = EP = 1."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.create(
-        dict(
-            tensor_model_parallel_size=1,
-            pipeline_model_parallel_size=1,
-            virtual_pipeline_model_parallel_size=None,
-            context_parallel_size=1,
-            expert_model_parallel_size=1,
-            expert_tensor_parallel_size=None,
-            sequence_parallel=False,
-            use_distributed_optimizer=False,
-            use_mbridge=use_mbridge,
-            seed=42,
-            override_transformer_config={},
-            use_dist_checkpointing=False,
-            dist_checkpointing_path=None,
-        )
-    )
+    return OmegaConf.create(dict(
+        tensor_model_parallel_size=1, pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=None,
+        context_parallel_size=1, expert_model_parallel_size=1, expert_tensor_parallel_size=None,
+        sequence_parallel=False, use_distributed_optimizer=False, use_mbridge=use_mbridge, seed=42,
+        override_transformer_config={}, use_dist_checkpointing=False, dist_checkpointing_path=None,
+    ))
 
 
 def _init_single_process() -> None:
@@ -75,21 +64,12 @@ def _model_dtype(hf_config: Any, dtype: str) -> torch.dtype:
 
 def _check_output(output_path: str) -> None:
     if os.path.exists(output_path) and (not os.path.isdir(output_path) or os.listdir(output_path)):
-        raise FileExistsError(
-            f"--output_path {output_path!r} exists and is not an empty folder; choose a new one "
-            "(a dist checkpoint is never written over another)."
-        )
+        raise FileExistsError(f"--output_path {output_path!r} exists and is not an empty folder; choose a new one "
+                              "(a dist checkpoint is never written over another).")
 
 
-def convert_hf_to_mcore(
-    hf_model_path: str,
-    output_path: str,
-    *,
-    use_mbridge: bool = False,
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
-    test: bool = False,
-) -> str:
+def convert_hf_to_mcore(hf_model_path: str, output_path: str, *, use_mbridge: bool = False, dtype: str = "auto",
+                        trust_remote_code: bool = False, test: bool = False) -> str:
     """Write the dist checkpoint of the HF folder ``hf_model_path`` to ``output_path``; returns ``output_path``."""
     from megatron.core import dist_checkpointing
     from transformers import AutoConfig
@@ -136,9 +116,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hf_model_path", required=True, help="HF Llama/Qwen2 folder (safetensors)")
     parser.add_argument("--output_path", required=True, help="new folder for the megatron-core dist checkpoint")
     parser.add_argument("--use_mbridge", action="store_true", help="convert through mbridge (default: built-in)")
-    parser.add_argument(
-        "--dtype", default="auto", choices=["auto", *_DTYPES], help="stored dtype (auto: the HF config's torch_dtype)"
-    )
+    parser.add_argument("--dtype", default="auto", choices=["auto", *_DTYPES], help="stored dtype (auto: the HF "
+                        "config's torch_dtype)")
     parser.add_argument("--trust_remote_code", action="store_true")
     parser.add_argument("--test", action="store_true", help="load the checkpoint back and compare every parameter")
     parser.add_argument("--use_cpu_initialization", action="store_true", help="accepted for verl (always on here)")
@@ -148,19 +127,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry: parse verl's flags, convert, print where the checkpoint is."""
     args = _parse_args(argv)
-    path = convert_hf_to_mcore(
-        args.hf_model_path,
-        args.output_path,
-        use_mbridge=args.use_mbridge,
-        dtype=args.dtype,
-        trust_remote_code=args.trust_remote_code,
-        test=args.test,
-    )
-    print(
-        f"megatron-core dist checkpoint written to {path}; use it with "
-        f"actor_rollout_ref.actor.megatron.use_dist_checkpointing=True "
-        f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={path}"
-    )
+    path = convert_hf_to_mcore(args.hf_model_path, args.output_path, use_mbridge=args.use_mbridge, dtype=args.dtype,
+                               trust_remote_code=args.trust_remote_code, test=args.test)
+    print(f"megatron-core dist checkpoint written to {path}; use it with "
+          f"actor_rollout_ref.actor.megatron.use_dist_checkpointing=True "
+          f"actor_rollout_ref.actor.megatron.dist_checkpointing_path={path}")
 
 
 if __name__ == "__main__":  # megatron-core's save starts helper processes (spawn): keep the entry guarded

@@ -201,8 +201,26 @@ def _check_role(
             )
         )
         return
+    if train_bsz >= mini and train_bsz % mini != 0:
+        problems.append(_ragged_mini_batch_problem(mini_key, train_bsz, mini, role.mini_batch_samples // mini))
     if not dynamic:
         _check_micro(config, section, role, world, problems)
+
+
+def _ragged_mini_batch_problem(mini_key: str, train_bsz: int, mini: int, n: int) -> ConfigProblem:
+    """``data.train_batch_size`` not a multiple of the mini-batch: every step would end on a smaller remainder.
+
+    Both sides are prompts; with ``rollout.n`` each becomes ``n`` times as many samples, so divisibility in prompts
+    is divisibility in samples.
+    """
+    divisor = max(d for d in range(1, mini + 1) if train_bsz % d == 0)
+    return ConfigProblem(
+        mini_key,
+        f"data.train_batch_size={train_bsz} is not a multiple of {mini_key}={mini} (with rollout.n={n}: "
+        f"{train_bsz * n} samples into mini-batches of {mini * n}); the last mini-batch of every step would be a "
+        f"smaller remainder of {train_bsz % mini * n} samples.",
+        f"set {mini_key} to a divisor of {train_bsz}, e.g. {mini_key}={divisor}, or change data.train_batch_size.",
+    )
 
 
 def _role_of(config: DictConfig, section: str) -> RolePlan | None:

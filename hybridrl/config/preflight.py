@@ -6,10 +6,14 @@ starts with a ConfigError that names the key and the file:
 
     checkpoint folder     trainer.default_local_dir is writable (a probe file) when trainer.save_freq > 0
     resume                latest_checkpointed_iteration.txt is a step number (resume_mode=auto);
-                          trainer.resume_from_path is an existing global_step_N folder (resume_mode=resume_path)
+                          trainer.resume_from_path is an existing global_step_N folder (resume_mode=resume_path);
+                          the folder resumed from has every file (:mod:`hybridrl.config.preflight_checkpoint`)
     datasets              every parquet file of data.train_files / data.val_files has rows, and (data.truncation
                           =error, no filter_overlong_prompts) every prompt fits data.max_prompt_length:
                           see :mod:`hybridrl.config.preflight_data`
+    model weights         every *.safetensors file of the model folders holds the bytes its header declares
+                          (:mod:`hybridrl.config.preflight_model`)
+    code files            custom_reward_function.path compiles (:mod:`hybridrl.config.preflight_code`)
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from omegaconf import DictConfig
 
 from hybridrl.config.access import get
 from hybridrl.config.errors import ConfigError, ConfigProblem
+from hybridrl.config.preflight_checkpoint import TRACKER_FILENAME, check_resume_folder
+from hybridrl.config.preflight_code import check_code_files
 from hybridrl.config.preflight_data import check_datasets
+from hybridrl.config.preflight_model import check_model_files
 
 __all__ = ["check_checkpoint_folder", "check_resume_tracker", "preflight_problems", "run_preflight"]
 
-# The trainer's tracker file (hybridrl.utils.checkpoint.CHECKPOINT_TRACKER_FILENAME; that module imports torch).
-TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 _STEP_FOLDER = re.compile(r"^global_step_\d+$")
 
 
@@ -39,7 +44,10 @@ def run_preflight(config: DictConfig) -> None:
 
 def preflight_problems(config: DictConfig) -> list[ConfigProblem]:
     """All disk-level problems of a composed ``ppo_trainer`` config."""
-    return [*check_checkpoint_folder(config), *check_resume_tracker(config), *check_datasets(config)]
+    return [
+        *check_checkpoint_folder(config), *check_resume_tracker(config), *check_resume_folder(config),
+        *check_model_files(config), *check_code_files(config), *check_datasets(config),
+    ]
 
 
 def check_checkpoint_folder(config: DictConfig) -> list[ConfigProblem]:

@@ -87,7 +87,12 @@ def _length_problems(config: DictConfig, key: str, path: str, tokenizer: Any) ->
     if prompt_key not in pq.ParquetFile(path).schema_arrow.names:
         return [ConfigProblem("data.prompt_key", f"{path} has no column {prompt_key!r}.",
                               "set data.prompt_key to the column holding the chat messages.")]
-    prompts = pq.read_table(path, columns=[prompt_key]).column(prompt_key).to_pylist()
+    try:
+        prompts = pq.read_table(path, columns=[prompt_key]).column(prompt_key).to_pylist()
+    except Exception as error:  # noqa: BLE001  (a corrupt page behind an intact footer: OSError, ArrowInvalid, ...)
+        reason = "".join(char for char in " ".join(str(error).split()) if char.isprintable())  # pyarrow's raw bytes
+        return [ConfigProblem(key, f"cannot read column {prompt_key!r} of {path} ({type(error).__name__}: {reason}).",
+                              "the file is corrupt: regenerate it (examples/data_preprocess/) or restore a copy.")]
     limit = int(get(config, "data.max_prompt_length"))
     too_long = over_long_prompts(prompts, tokenizer, limit, get(config, "data.custom_chat_template"))
     if not too_long:

@@ -2,6 +2,10 @@
 
 ``class_name: verl.tools.gsm8k_tool.Gsm8kTool`` in a verl YAML resolves to
 ``hybridrl.tools.gsm8k_tool.Gsm8kTool``; every failure names the file, the entry and the fix.
+
+Importing the module runs its top-level code (a YAML's ``class_name`` is code the run executes, as
+``custom_reward_function.path`` is); what is then built from it is checked first: a class that does not derive
+from the expected base (``BaseTool``, ``BaseInteraction``) is refused before it is constructed.
 """
 
 from __future__ import annotations
@@ -15,17 +19,18 @@ _VERL_PREFIX = "verl."
 _OUR_PREFIX = "hybridrl."
 
 
-def import_class_path(class_name: str, where: str) -> type:
+def import_class_path(class_name: str, where: str, base: type | None = None) -> type:
     """The class at ``class_name`` (``package.module.ClassName``); ``verl.`` is read as ``hybridrl.``.
 
     Args:
         class_name: dotted import path of the class.
         where: the file and entry it came from, quoted in errors (``"tools[0] of /x/tool.yaml"``).
+        base: when given, the class must derive from it (checked before anything is constructed).
 
     Raises:
         ModuleNotFoundError: the module (or a module it imports) does not exist; verl raises this type too, so
             code that catches it keeps working. The message names ``where`` and the fix.
-        ValueError: not a dotted path, the module has no such name, or it is not a class.
+        ValueError: not a dotted path, the module has no such name, it is not a class, or not a ``base``.
         RuntimeError: importing the module raised anything else.
     """
     if not isinstance(class_name, str) or "." not in class_name:
@@ -54,6 +59,11 @@ def import_class_path(class_name: str, where: str) -> type:
     found = getattr(module, attribute)
     if not isinstance(found, type):
         raise ValueError(f"{where}: class_name {origin} is a {type(found).__name__}, not a class")
+    if base is not None and not issubclass(found, base):
+        raise ValueError(
+            f"{where}: class_name {origin} is not a {base.__name__}: derive it from {base.__module__}.{base.__name__} "
+            "(it was not constructed)"
+        )
     return found
 
 

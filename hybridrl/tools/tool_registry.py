@@ -39,7 +39,7 @@ class ToolType(Enum):
 
 def get_tool_class(cls_name: str) -> type:
     """The class at the dotted path ``cls_name`` (``verl.`` prefix read as ``hybridrl.``)."""
-    return import_class_path(cls_name, where="tool class")
+    return import_class_path(cls_name, where="tool class", base=BaseTool)
 
 
 def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
@@ -91,14 +91,12 @@ def _build_tool(entry: Any, where: str) -> BaseTool:
         raise ValueError(
             f"{where}: config.type '{tool_type}' is not supported (only 'native'; verl's MCP tools are not ported)"
         )
-    tool_class = import_class_path(entry.class_name, where)
+    tool_class = import_class_path(entry.class_name, where, base=BaseTool)
     schema = _parse_schema(entry, where)
     try:
         tool = tool_class(config=config, tool_schema=schema)
     except Exception as exc:
         raise ValueError(f"{where}: {entry.class_name}(config=..., tool_schema=...) raised {exc!r}") from exc
-    if not callable(getattr(tool, "execute", None)) or not isinstance(getattr(tool, "name", None), str):
-        raise ValueError(f"{where}: {entry.class_name} is not a tool: subclass hybridrl.tools.base_tool.BaseTool")
     return tool
 
 

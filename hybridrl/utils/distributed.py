@@ -6,11 +6,17 @@ worker's environment; a worker calls ``init_distributed(self.device_name)`` (usu
 ``cpu:gloo,cuda:nccl`` so that CPU tensors (e.g. object gathers) work beside NCCL collectives.
 The FSDP workers call ``init_worker_distributed``, which also gives a lone process (a notebook, a unit
 test) a 1-rank group.
+
+The rendezvous store (a ``TCPStore`` served by rank 0 on ``MASTER_PORT``) listens on ``MASTER_ADDR`` only:
+torch's own ``env://`` store listens on every interface, unauthenticated, whatever ``MASTER_ADDR`` says. On a
+local cluster ``MASTER_ADDR`` is 127.0.0.1, so nothing outside the machine can reach it. Under torchrun the
+launcher's agent serves the store and the ranks join it as clients (``TORCHELASTIC_USE_AGENT_STORE``).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from datetime import timedelta
 
 import torch
@@ -60,12 +66,37 @@ def init_distributed(device: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S, 
         return
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    rank, timeout = int(os.environ["RANK"]), timedelta(seconds=timeout_s)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent already serves the store
+        rendezvous: dict = {"init_method": "env://"}
+    else:
+        store = rendezvous_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world_size, timeout)
+        rendezvous = {"store": store}
     dist.init_process_group(
-        backend=backend or backend_for_device(device),
-        init_method="env://",
-        rank=int(os.environ["RANK"]),
-        world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
+        backend=backend or backend_for_device(device), rank=rank, world_size=world_size, timeout=timeout, **rendezvous
+    )
+
+
+def rendezvous_store(master_addr: str, master_port: int, rank: int, world_size: int, timeout: timedelta) -> dist.Store:
+    """The group's ``TCPStore``: rank 0 serves it on ``master_addr:master_port`` only, the other ranks connect.
+
+    torch's ``TCPStore`` server binds every interface; handing it a socket already listening on
+    ``master_addr`` (``master_listen_fd``) keeps it there (127.0.0.1 on a local cluster).
+    """
+    if rank != 0:
+        return dist.TCPStore(master_addr, master_port, world_size, is_master=False, timeout=timeout)
+    family, _, _, _, address = socket.getaddrinfo(master_addr, master_port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen()
+    except OSError:
+        listener.close()
+        raise
+    # the store owns the descriptor from here on (detach: closing the Python socket must not close it)
+    return dist.TCPStore(
+        master_addr, master_port, world_size, is_master=True, timeout=timeout, master_listen_fd=listener.detach()
     )
 
 

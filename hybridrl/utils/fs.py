@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "makedirs",
     "md5_encode",
     "replace_dir",
+    "replacing_file",
     "verify_copy",
 ]
 
@@ -268,12 +269,25 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     replace_dir(tmp, path)
 
 
+@contextmanager
+def replacing_file(path: str | os.PathLike, tmp: str | os.PathLike | None = None) -> Iterator[str]:
+    """A temporary path beside ``path``: moved onto ``path`` when the block succeeds, removed when it raises.
+
+    A failed write (a full disk: ``OSError(ENOSPC)``) leaves neither half a ``path`` nor the temporary file.
+    """
+    tmp = str(tmp or f"{path}{_TMP_INFIX}{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a small text file atomically (write a temp file, fsync, ``os.replace``)."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}{_TMP_INFIX}{uuid.uuid4().hex[:8]}")
-    with open(tmp, "w") as f:
+    with replacing_file(path) as tmp, open(tmp, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)

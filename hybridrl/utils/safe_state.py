@@ -32,7 +32,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from hybridrl.utils.fs import atomic_write_text
+from hybridrl.utils.fs import atomic_write_text, replacing_file
 
 TYPE_TAG = "__type__"
 JSON_SUFFIX = ".json"
@@ -139,9 +139,8 @@ def decode_state(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
 def save_state(state: Any, prefix: str) -> None:
     """Write ``{prefix}.safetensors`` then ``{prefix}.json`` (each atomically)."""
     tree, tensors = encode_state(state)
-    tmp = f"{prefix}{TENSORS_SUFFIX}.tmp.{os.getpid()}"
-    save_file(tensors, tmp)
-    os.replace(tmp, prefix + TENSORS_SUFFIX)
+    with replacing_file(prefix + TENSORS_SUFFIX) as tmp:
+        save_file(tensors, tmp)
     atomic_write_text(prefix + JSON_SUFFIX, json.dumps({"format": FORMAT, "state": tree}))
 
 

@@ -165,3 +165,72 @@ def test_a_valid_config_passes_preflight_quickly(tiny_model_dir, data_files, tmp
     start = time.perf_counter()
     assert preflight_problems(config) == []
     assert time.perf_counter() - start < PREFLIGHT_SECONDS
+
+
+def _model_copy(tiny_model_dir, tmp_path) -> str:
+    import shutil
+
+    return shutil.copytree(tiny_model_dir, tmp_path / "model")
+
+
+def test_truncated_model_safetensors_names_the_file_and_the_key(tiny_model_dir, data_files, tmp_path):
+    model = _model_copy(tiny_model_dir, tmp_path)
+    weights = model / "model.safetensors"
+    full_size = weights.stat().st_size
+    with open(weights, "r+b") as handle:  # a copy cut short: the header at the front is intact, the tensors end early
+        handle.truncate(full_size // 2)
+    config = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={model}")
+    message = _preflight_error(config)  # before: safetensors' bare error from a worker, after Ray started
+    assert f"actor_rollout_ref.model.path: {weights} is truncated: its header declares {full_size} bytes, " \
+           f"the file has {full_size // 2}." in message
+    assert "download or save the model again" in message
+
+
+def _corrupt_data_page(path: str, column: str) -> None:
+    """Overwrite bytes inside ``column``'s data page; the footer (schema, row counts) stays intact."""
+    chunk = pq.ParquetFile(path).metadata.row_group(0)
+    [meta] = [chunk.column(i) for i in range(chunk.num_columns) if chunk.column(i).path_in_schema == column]
+    with open(path, "r+b") as handle:
+        handle.seek(meta.data_page_offset + 40)
+        handle.write(b"\xff" * 100)
+
+
+def test_parquet_with_a_corrupt_data_page_names_the_file(tiny_model_dir, tmp_path):
+    rows = [_row(i, f"What is {i} + 1? " * 5) for i in range(50)]
+    files = (_write(tmp_path / "train.parquet", rows), _write(tmp_path / "test.parquet", rows[:2]))
+    _corrupt_data_page(files[0], "prompt.list.element.content")
+    assert pq.ParquetFile(files[0]).metadata.num_rows == 50  # the footer still reads
+    message = _preflight_error(_config(tiny_model_dir, files, tmp_path))  # before: a raw pyarrow OSError, no file
+    assert f"data.train_files: cannot read column 'prompt' of {files[0]} (OSError: " in message
+    assert "the file is corrupt: regenerate it" in message
+
+
+def test_reward_file_with_a_syntax_error_is_found_before_ray(tiny_model_dir, data_files, tmp_path):
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return 1.0 if solution_str == ground_truth else 0.0)\n")
+    config = _config(tiny_model_dir, data_files, tmp_path, f"custom_reward_function.path={reward}")
+    message = _preflight_error(config)  # before: found when the reward manager imported it, after Ray
+    assert f"custom_reward_function.path: {reward}, line 2: SyntaxError: unmatched ')'" in message
+
+
+def test_resume_folder_with_a_deleted_shard_is_found_before_ray(tiny_model_dir, data_files, tmp_path):
+    from hybridrl.utils.checkpoint import mark_complete, write_checkpoint_tracker
+    from hybridrl.utils.safe_state import save_state
+
+    root = tmp_path / "ckpt"
+    for step in (1, 2):  # what a one-rank FSDP save leaves
+        actor = root / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 1}')
+        for kind in ("model", "optim", "extra_state"):
+            (actor / f"{kind}_world_size_1_rank_0.pt").write_bytes(b"")
+        mark_complete(str(actor))
+        save_state({}, str(root / f"global_step_{step}" / "data"))
+        save_state({"rng": None}, str(root / f"global_step_{step}" / "trainer_state"))
+    write_checkpoint_tracker(str(root), 2)
+    (root / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").unlink()
+    config = _config(tiny_model_dir, data_files, tmp_path, "algorithm.adv_estimator=grpo")  # no critic
+    message = _preflight_error(config)  # resume_mode=auto (default); before: found by a worker after ~130 s
+    assert "is incomplete: missing ['actor/model_world_size_1_rank_0.pt']" in message
+    assert f"trainer.resume_from_path={root / 'global_step_1'}" in message

@@ -262,3 +262,12 @@ def test_speed_only_keys_warn_instead_of_failing(cpu_overrides, monkeypatch):
 
 def test_check_env_false_skips_machine_checks(cpu_overrides):
     assert _problems(cpu_overrides, "data.train_files=/nonexistent.parquet", check_env=False) == []
+
+
+def test_train_batch_not_a_multiple_of_the_mini_batch_is_refused(cpu_overrides):
+    # 16 prompts into mini-batches of 6: 6 + 6 + a remainder of 4 (x n=4 samples: 64 = 24 + 24 + 16)
+    problems = _problems(cpu_overrides, "actor_rollout_ref.actor.ppo_mini_batch_size=6")
+    [problem] = [p for p in problems if p.key == "actor_rollout_ref.actor.ppo_mini_batch_size"]
+    assert "data.train_batch_size=16 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=6" in str(problem)
+    assert "64 samples into mini-batches of 24" in problem.message and "remainder of 16 samples" in problem.message
+    assert "ppo_mini_batch_size=4" in problem.fix  # the largest divisor of 16 not above 6

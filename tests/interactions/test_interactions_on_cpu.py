@@ -71,6 +71,9 @@ def test_verl_paths_and_default_names(tmp_path):
          "  - class_name: hybridrl.interactions.base.BaseInteraction\n", r"interaction\[1\] .*duplicate interaction name 'base'"),
         ("tools: []\n", "needs a top-level `interaction:` list"),
         ("interaction:\n  - name: x\n", r"interaction\[0\] .*needs `class_name`"),
+        # a class of another kind is refused before it is constructed with the entry's config
+        ("interaction:\n  - class_name: hybridrl.tools.calculator_tool.CalculatorTool\n",
+         r"interaction\[0\] .*is not a BaseInteraction: derive it from hybridrl.interactions.base.BaseInteraction"),
     ],
 )  # fmt: skip
 def test_bad_files_name_file_and_entry(tmp_path, text, match):

@@ -180,6 +180,14 @@ class GlooWorker(Worker):
         dist.all_reduce(tensor)
         return tensor.tolist()
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def listening_sockets(self) -> list[tuple[str, int]]:
+        """``(address, port)`` of every TCP socket this worker process listens on."""
+        import psutil
+
+        connections = psutil.Process().net_connections(kind="tcp")
+        return [(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN]
+
 
 class CounterRole(Worker):
     """A role with its own state, for colocation tests."""

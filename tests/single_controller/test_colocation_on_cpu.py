@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import ray
 from sc_testlib import CounterRole, GlooWorker, NameRole, make_group, make_proto, teardown
 
@@ -37,11 +39,22 @@ def test_two_roles_share_processes_but_not_state(ray_cluster):
         teardown(pool, wg)
 
 
-def test_two_workers_all_reduce_over_gloo(ray_cluster):
+def test_two_workers_all_reduce_over_gloo_listening_on_loopback_only(ray_cluster):
     pool, wg = make_group(GlooWorker, [2])
     try:
         wg.init_model()
         # rank 0 holds [1, 10], rank 1 holds [2, 20]; the sum is [3, 30] on both
         assert wg.all_reduce() == [[3.0, 30.0], [3.0, 30.0]]
+        # every socket the workers listen on, the rendezvous store on MASTER_PORT (rank 0) among them
+        master_port = int(wg.execute_rank_zero_sync("get_master_addr_port")[1])
+        sockets = wg.listening_sockets()
+        assert master_port in {port for _, port in sockets[0]}, sockets[0]
+        exposed = [sock for rank_sockets in sockets for sock in rank_sockets if not _is_loopback(sock[0])]
+        assert exposed == [], f"worker sockets listening beyond loopback: {exposed}"
     finally:
         teardown(pool, wg)
+
+
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback

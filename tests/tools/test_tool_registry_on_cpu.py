@@ -97,7 +97,8 @@ def test_missing_class_in_existing_module_lists_classes(tmp_path):
         ("tools: [{class_name: hybridrl.tools.calculator_tool.CalculatorTool,"
          " tool_schema: {type: function, function: {name: c}}}]\n", r"(?s)tools\[0\] .*invalid tool_schema:.*function.description.*Field required"),
         ("tools: [{class_name: hybridrl.tools.gsm8k_tool.Gsm8kTool}]\n", r"Gsm8kTool\(config=\.\.\., tool_schema=\.\.\.\) raised"),
-        ("tools: [{class_name: hybridrl.tools.schemas.ToolResponse}]\n", "is not a tool: subclass"),
+        ("tools: [{class_name: hybridrl.tools.schemas.ToolResponse}]\n",
+         r"is not a BaseTool: derive it from hybridrl.tools.base_tool.BaseTool \(it was not constructed\)"),
         ("tools:\n  - {class_name: hybridrl.tools.calculator_tool.CalculatorTool}\n"
          "  - {class_name: hybridrl.tools.calculator_tool.CalculatorTool}\n", r"declares the tool name\(s\) \['calculator'\] more"),
         ("tools: [\n", "is not valid YAML"),
@@ -108,6 +109,26 @@ def test_bad_files_name_file_and_entry(tmp_path, text, match):
     with pytest.raises(ValueError, match=match) as info:
         initialize_tools_from_config(path)
     assert path in str(info.value)
+
+
+NOT_A_TOOL = """
+import pathlib
+
+
+class Builder:
+    def __init__(self, **kwargs):
+        pathlib.Path({marker!r}).write_text("constructed")  # what a class that is not a tool could do
+"""
+
+
+def test_a_class_that_is_not_a_tool_is_refused_before_construction(tmp_path, monkeypatch):
+    marker = tmp_path / "constructed"
+    (tmp_path / "not_a_tool_module.py").write_text(NOT_A_TOOL.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write(tmp_path, "tools: [{class_name: not_a_tool_module.Builder, config: {x: 1}}]\n")
+    with pytest.raises(ValueError, match=r"tools\[0\] of .*'not_a_tool_module.Builder' is not a BaseTool"):
+        initialize_tools_from_config(path)
+    assert not marker.exists()  # before: Builder(config=..., tool_schema=...) ran, then was found not to be a tool
 
 
 def test_missing_file(tmp_path):

@@ -28,7 +28,7 @@ _CLASS_SUFFIX = "Interaction"
 
 def get_interaction_class(cls_name: str) -> type:
     """The class at the dotted path ``cls_name`` (``verl.`` prefix read as ``hybridrl.``)."""
-    return import_class_path(cls_name, where="interaction class")
+    return import_class_path(cls_name, where="interaction class", base=BaseInteraction)
 
 
 def initialize_interactions_from_config(interaction_config_file: str) -> dict[str, BaseInteraction]:
@@ -68,7 +68,7 @@ def _read_entries(path: str) -> list[Any]:
 def _build_interaction(entry: Any, where: str) -> tuple[str, BaseInteraction]:
     if not isinstance(entry, DictConfig) or "class_name" not in entry:
         raise ValueError(f"{where}: each entry needs `class_name` (and optional `name`, `config`), got {entry!r}")
-    interaction_class = import_class_path(entry.class_name, where)
+    interaction_class = import_class_path(entry.class_name, where, base=BaseInteraction)
     config = OmegaConf.to_container(entry.config, resolve=True) if entry.get("config") is not None else {}
     if not isinstance(config, dict):
         raise ValueError(f"{where}: `config` must be a mapping, got {config!r}")

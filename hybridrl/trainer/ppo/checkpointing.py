@@ -23,8 +23,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hybridrl.utils.checkpoint import COMPLETE_MARKER, is_checkpoint_complete
+from hybridrl.utils.checkpoint import (
+    DATALOADER_STATE,
+    LEGACY_SUFFIX,
+    TRAINER_STATE,
+    missing_resume_files,
+    resume_elsewhere_hint,
+    save_failure_message,
+)
 from hybridrl.utils.dataset.dataloader import load_dataloader_state
+from hybridrl.utils.fs import atomic_write_text
 from hybridrl.utils.safe_state import JSON_SUFFIX, load_state, save_state, state_exists
 
 if TYPE_CHECKING:
@@ -37,23 +45,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
-TRAINER_STATE = "trainer_state"  # file prefix: trainer_state.json + trainer_state.safetensors
-DATALOADER_STATE = "data"  # file prefix: data.json + data.safetensors
-LEGACY_SUFFIX = ".pt"  # earlier hybridrl versions: data.pt / trainer_state.pt, pickles
 LEGACY_OPT_IN_KEY = "trainer.allow_legacy_pickle_checkpoint"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint folder that cannot be resumed from (incomplete, corrupt, mismatched or unsafe)."""
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fp:
-        fp.write(text)
-        fp.flush()
-        os.fsync(fp.fileno())
-    os.replace(tmp, path)
 
 
 def find_latest_step_folder(root: str) -> str | None:
@@ -83,11 +79,6 @@ def _corrupt(path: str, error: Exception) -> CheckpointError:
         "trainer.resume_mode=resume_path trainer.resume_from_path=<folder>, or start over with "
         "trainer.resume_mode=disable"
     )
-
-
-def _has_driver_state(folder: str, prefix: str) -> bool:
-    """The safe pair, or an earlier version's pickle, exists for ``prefix``."""
-    return state_exists(os.path.join(folder, prefix)) or os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX))
 
 
 def _load_legacy_pickle(path: str, allow_legacy_pickle: bool) -> Any:
@@ -173,11 +164,14 @@ class Checkpointer:
             workers.critic.save_checkpoint(
                 os.path.join(step_folder, "critic"), None, global_steps, max_ckpt_to_keep=self.max_critic_ckpt_to_keep,
             )
-        save_state(train_dataloader.state_dict(), os.path.join(step_folder, DATALOADER_STATE))
         kl_value = float(kl_ctrl.value) if kl_ctrl is not None else None
         trainer_state = {"global_steps": global_steps, "kl_ctrl_value": kl_value, "rng": _driver_rng_state()}
-        save_state(trainer_state, os.path.join(step_folder, TRAINER_STATE))
-        _atomic_write_text(os.path.join(self.root, TRACKER_FILE), str(global_steps))
+        try:
+            save_state(train_dataloader.state_dict(), os.path.join(step_folder, DATALOADER_STATE))
+            save_state(trainer_state, os.path.join(step_folder, TRAINER_STATE))
+        except OSError as error:
+            raise CheckpointError(save_failure_message(step_folder, error)) from error
+        atomic_write_text(os.path.join(self.root, TRACKER_FILE), str(global_steps))
 
     def resolve_resume_folder(self) -> str | None:
         """The ``global_step_N`` folder to resume from, or None to train from scratch."""
@@ -197,19 +191,15 @@ class Checkpointer:
         raise CheckpointError(f"trainer.resume_mode={mode!r}: expected one of auto, disable, resume_path")
 
     def check_complete(self, folder: str, use_critic: bool) -> None:
-        """Every file the resume reads exists, and each worker component finished its save (its marker)."""
-        components = ["actor"] + (["critic"] if use_critic else [])
-        missing = [f"{prefix}{JSON_SUFFIX}" for prefix in (DATALOADER_STATE, TRAINER_STATE)
-                   if not _has_driver_state(folder, prefix)]
-        missing += [name for name in components if not os.path.exists(os.path.join(folder, name))]
-        missing += [f"{name}/{COMPLETE_MARKER}" for name in components
-                    if os.path.isdir(os.path.join(folder, name))
-                    and not is_checkpoint_complete(os.path.join(folder, name))]
+        """Every file the resume reads exists, and each worker component finished its save (its marker).
+
+        Runs at resume start, before any worker loads (and in the preflight, before Ray): a deleted shard is named
+        with the previous complete step to resume from, instead of failing in a worker after the models are built.
+        """
+        missing = missing_resume_files(folder, ["actor"] + (["critic"] if use_critic else []))
         if missing:
             raise CheckpointError(
-                f"checkpoint {folder} is incomplete (missing {missing}). Resume from an earlier step with "
-                "trainer.resume_mode=resume_path trainer.resume_from_path=<folder>, or start over with "
-                "trainer.resume_mode=disable"
+                f"checkpoint {folder} is incomplete (missing {missing}); {resume_elsewhere_hint(folder)}"
             )
 
     def load(

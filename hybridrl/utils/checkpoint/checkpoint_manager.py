@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from hybridrl.utils.fs import atomic_write_text
+from hybridrl.utils.safe_state import JSON_SUFFIX, TENSORS_SUFFIX
 
 CHECKPOINT_TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 COMPLETE_MARKER = "checkpoint_complete.json"
@@ -39,6 +40,12 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _COMPONENT_FILE = re.compile(
     r"^(model|optim|extra_state)_world_size_\d+_rank_\d+\.pt$|^fsdp_config\.json$|^megatron_checkpoint\.json$"
 )
+# The driver's state in global_step_N (hybridrl.trainer.ppo.checkpointing): JSON + safetensors pairs by prefix
+DATALOADER_STATE = "data"  # data.json + data.safetensors
+TRAINER_STATE = "trainer_state"  # trainer_state.json + trainer_state.safetensors
+LEGACY_SUFFIX = ".pt"  # earlier hybridrl versions: data.pt / trainer_state.pt, pickles
+_SHARD_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
+_FSDP_CONFIG_FILE = "fsdp_config.json"  # {"world_size": W}, written by rank 0 of an FSDP save
 
 
 # ----------------------------------------------------------------------------- tracker and discovery
@@ -130,6 +137,82 @@ def find_latest_ckpt_path(path: str | None, directory_format: str = "global_step
             return folder
     print(f"[checkpoint] {tracked} is incomplete and no older complete checkpoint exists", flush=True)
     return None
+
+
+def missing_shard_files(component: str) -> list[str]:
+    """Names of the per-rank files an FSDP component folder lacks (a shard deleted or never copied).
+
+    Every kind (``model``, ``optim``, ``extra_state``) that one rank saved must exist for every rank of the saved
+    world size (``fsdp_config.json``); ``model`` is always saved. A folder of another layout (Megatron) gives [].
+    """
+    config_path = os.path.join(component, _FSDP_CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        return []
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            world_size = int(json.load(handle)["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # an unreadable fsdp_config.json is the loader's to report
+    matches = map(_SHARD_FILE.match, os.listdir(component))
+    shards = {(match.group(1), int(match.group(2)), int(match.group(3))) for match in matches if match}
+    kinds = {kind for kind, _, _ in shards} | {"model"}
+    return [
+        f"{kind}_world_size_{world_size}_rank_{rank}.pt"
+        for kind in sorted(kinds)
+        for rank in range(world_size)
+        if (kind, world_size, rank) not in shards
+    ]
+
+
+def missing_resume_files(folder: str, components: list[str]) -> list[str]:
+    """Paths (relative to the ``global_step_N`` ``folder``) a resume would read but cannot: the driver's state
+    pairs, each component folder, its completeness marker and every rank's shards."""
+    missing = [name for prefix in (DATALOADER_STATE, TRAINER_STATE) for name in _missing_driver_files(folder, prefix)]
+    for name in components:
+        component = os.path.join(folder, name)
+        if not os.path.exists(component):
+            missing.append(name)
+        elif not is_checkpoint_complete(component):
+            missing.append(f"{name}/{COMPLETE_MARKER}")
+        missing += [f"{name}/{shard}" for shard in missing_shard_files(component)]
+    return missing
+
+
+def _missing_driver_files(folder: str, prefix: str) -> list[str]:
+    """The files of the safe pair ``prefix`` that ``folder`` lacks ([] when an earlier version's pickle stands in)."""
+    missing = [
+        prefix + suffix
+        for suffix in (JSON_SUFFIX, TENSORS_SUFFIX)
+        if not os.path.exists(os.path.join(folder, prefix + suffix))
+    ]
+    if len(missing) == 2 and os.path.exists(os.path.join(folder, prefix + LEGACY_SUFFIX)):
+        return []
+    return missing
+
+
+def resume_elsewhere_hint(step_folder: str) -> str:
+    """What to do when ``{root}/global_step_N`` cannot be resumed: the newest complete earlier step, or start over."""
+    step, root = step_of(step_folder), os.path.dirname(os.path.abspath(step_folder))
+    earlier = [
+        folder for n, folder in list_step_dirs(root) if step is not None and n < step and is_checkpoint_complete(folder)
+    ]
+    if earlier:
+        return (
+            "resume from the previous complete step: trainer.resume_mode=resume_path "
+            f"trainer.resume_from_path={earlier[-1]}"
+        )
+    return f"no earlier complete checkpoint exists under {root}; start over with trainer.resume_mode=disable"
+
+
+def save_failure_message(folder: str, error: OSError) -> str:
+    """Why saving into ``folder`` failed and the way out; the earlier checkpoints and the tracker are untouched."""
+    reason = error.strerror or str(error)
+    return (
+        f"saving the checkpoint into {folder} failed ({type(error).__name__}: {reason}); its temporary files were "
+        "removed, the earlier checkpoints and latest_checkpointed_iteration.txt are unchanged. Free space on that "
+        "disk (or point trainer.default_local_dir at one with room, or keep fewer checkpoints with "
+        "trainer.max_actor_ckpt_to_keep / trainer.max_critic_ckpt_to_keep) and resume with trainer.resume_mode=auto."
+    )
 
 
 # ----------------------------------------------------------------------------- rotation

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from typing import Any
 
 import torch
@@ -30,13 +31,13 @@ from hybridrl.utils.checkpoint import (
     clear_complete,
     get_rng_state,
     is_checkpoint_complete,
-    list_step_dirs,
     mark_complete,
+    resume_elsewhere_hint,
     rotate_component_checkpoints,
+    save_failure_message,
     set_rng_state,
-    step_of,
 )
-from hybridrl.utils.fs import local_mkdir_safe
+from hybridrl.utils.fs import local_mkdir_safe, replacing_file
 from hybridrl.workers.engine import lora
 from hybridrl.workers.engine.fsdp import fsdp_version
 from hybridrl.workers.engine.hf_export import save_hf_config, save_hf_model
@@ -66,13 +67,22 @@ def _barrier() -> None:
 
 
 def _save_file(obj: Any, path: str) -> None:
-    """``torch.save`` to a temp file, fsync, rename: a reader never sees half a file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``torch.save`` to a temp file, fsync, rename: a reader never sees half a file, a failure leaves no temp file.
+
+    Raises:
+        CheckpointSaveError: the disk refused the write (full, quota); torch reports that as a RuntimeError
+            ("unexpected pos") whose context is the OSError.
+    """
+    try:
+        with replacing_file(path) as tmp, open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as error:
+        cause = error if isinstance(error, OSError) else error.__context__
+        if not isinstance(cause, OSError):
+            raise
+        raise CheckpointSaveError(save_failure_message(os.path.dirname(path), cause)) from error
 
 
 def checkpoint_contents(config: Any, key: str) -> list[str]:
@@ -127,8 +137,11 @@ class FSDPCheckpointManager:
             local_mkdir_safe(local_path)
             clear_complete(local_path)  # from here until the marker, this folder is "partial"
         _barrier()
-        self._save_rank_files(local_path)
-        self._save_shared_files(local_path)
+        try:
+            self._save_rank_files(local_path)
+            self._save_shared_files(local_path)
+        except OSError as error:  # a full disk, a quota: name the folder and the way out, not torch's writer
+            raise CheckpointSaveError(save_failure_message(local_path, error)) from error
         _barrier()
         if self.rank == 0:
             mark_complete(local_path, global_step=global_step, world_size=self.world_size)
@@ -236,16 +249,27 @@ class CheckpointShardError(RuntimeError):
     """A worker's checkpoint file exists but cannot be read (truncated or corrupt)."""
 
 
+class CheckpointSaveError(RuntimeError):
+    """Writing a checkpoint failed (a full disk, a quota); its temporary files are removed."""
+
+
 def unreadable_shard_message(path: str, error: Exception) -> str:
-    """Name the file and the newest complete ``global_step_M`` before its step (``.../global_step_N/<role>/file``)."""
+    """Name the file, why it cannot be read, and the newest complete ``global_step_M`` before its step.
+
+    A file torch's weights-only loader refuses holds Python objects besides tensors and plain values: a crafted or
+    foreign file. Torch's own message for it advises loading with pickle, which would run the payload; that advice
+    is never repeated, only the object torch refused.
+    """
     component = os.path.dirname(os.path.abspath(path))
-    step, root = step_of(component), os.path.dirname(os.path.dirname(component))
-    earlier = [folder for n, folder in list_step_dirs(root) if step is not None and n < step and is_checkpoint_complete(folder)]
-    if earlier:
-        hint = ("resume from the previous complete step: trainer.resume_mode=resume_path "
-                f"trainer.resume_from_path={earlier[-1]}")
-    else:
-        hint = f"no earlier complete checkpoint exists under {root}; start over with trainer.resume_mode=disable"
+    hint = resume_elsewhere_hint(os.path.dirname(component))
+    if isinstance(error, pickle.UnpicklingError):
+        refused = [line.strip() for line in str(error).splitlines() if "GLOBAL" in line]
+        detail = f" ({refused[0]})" if refused else ""
+        return (
+            f"refused to load checkpoint file {path}: it holds Python objects that are not tensors or plain values"
+            f"{detail}, which hybridrl never unpickles (a checkpoint hybridrl wrote holds none: the file was "
+            f"replaced or crafted); {hint}."
+        )
     first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"cannot read checkpoint file {path} ({type(error).__name__}: {first_line}): it is truncated or corrupt; {hint}."
 

@@ -40,18 +40,17 @@ def _layout(use_mbridge: bool) -> Any:
 
 
 def _init_single_process() -> None:
-    """A one-rank gloo group (megatron-core's parallel state needs ``torch.distributed``)."""
-    import torch.distributed as dist
+    """A one-rank gloo group (megatron-core's parallel state needs ``torch.distributed``).
 
-    from hybridrl.utils.ports import free_port
+    Its store is an in-process ``HashStore``: one rank needs no rendezvous, so no port is opened.
+    """
+    import torch.distributed as dist
 
     if dist.is_initialized():
         if dist.get_world_size() != 1:
             raise RuntimeError("converter_hf_to_mcore runs in one process (TP = PP = 1); start it without torchrun.")
         return
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def _model_dtype(hf_config: Any, dtype: str) -> torch.dtype:

@@ -4,6 +4,7 @@ The CLI e2e tests (tests/trainer/test_main_ppo_e2e_on_cpu.py) cover the same wit
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -123,3 +124,26 @@ def test_partial_or_corrupt_latest_checkpoint_is_reported(tmp_path):
     (tmp_path / "bad" / "latest_checkpointed_iteration.txt").write_text("2\x00")
     with pytest.raises(CheckpointError, match="corrupt"):
         _Driver(tmp_path / "bad")._resolve_resume_folder()
+
+
+def _fsdp_shards(folder: str, world_size: int = 2) -> None:
+    """The per-rank files and fsdp_config.json a ``world_size``-rank FSDP save leaves in ``folder/actor``."""
+    actor = os.path.join(folder, "actor")
+    with open(os.path.join(actor, "fsdp_config.json"), "w") as handle:
+        json.dump({"FSDP_version": 2, "world_size": world_size}, handle)
+    for kind in ("model", "optim", "extra_state"):
+        for rank in range(world_size):
+            open(os.path.join(actor, f"{kind}_world_size_{world_size}_rank_{rank}.pt"), "wb").close()
+
+
+def test_deleted_shard_and_tensor_file_are_named_with_the_previous_complete_step(tmp_path):
+    earlier, latest = _step_folder(tmp_path, 1), _step_folder(tmp_path, 2)
+    _fsdp_shards(earlier), _fsdp_shards(latest)
+    os.remove(os.path.join(latest, "actor", "optim_world_size_2_rank_1.pt"))
+    os.remove(os.path.join(latest, "data.safetensors"))  # data.json is still there
+    with pytest.raises(CheckpointError) as raised:
+        _Driver(tmp_path)._load_checkpoint()  # no worker group: found before any worker loads
+    message = str(raised.value)
+    assert f"checkpoint {latest} is incomplete (missing ['data.safetensors', 'actor/optim_world_size_2_rank_1.pt'])" in message
+    assert "data.json" not in message
+    assert f"resume from the previous complete step: trainer.resume_mode=resume_path trainer.resume_from_path={earlier}" in message

@@ -23,22 +23,6 @@ from hybridrl.trainer.ppo.roles import ResourcePoolManager, Role
 FAILURE_DEADLINE_S = 30.0
 
 
-def test_exception_in_worker_method_names_rank_and_carries_traceback(ray_cluster):
-    pool, wg = make_group(EchoWorker, [2], name_prefix="raiser_")
-    try:
-        start = time.monotonic()
-        with pytest.raises(WorkerGroupError) as info:
-            wg.fail_on_rank(1)
-        assert time.monotonic() - start < FAILURE_DEADLINE_S
-        message = str(info.value)
-        assert "worker group 'raiser_'" in message and "'fail_on_rank'" in message and "rank 1" in message
-        assert "deliberate failure on rank 1" in message and "sc_testlib.py" in message, message
-        assert info.value.rank == 1 and info.value.wg_name == "raiser_"
-        assert wg.add_rank(0) == [0, 1]  # the workers survive a raising method
-    finally:
-        teardown(pool, wg)
-
-
 def test_killed_worker_fails_the_next_and_the_running_call(ray_cluster):
     pool, wg = make_group(EchoWorker, [2], name_prefix="victim_")
     try:
@@ -130,13 +114,34 @@ def test_pool_split_across_too_small_nodes_is_refused(ray_cluster):
         pool.get_placement_groups(device_name="cpu")
 
 
-def test_over_colocation_is_refused_instead_of_hanging(ray_cluster):
-    pool, wg = make_group(EchoWorker, [1], max_colocate_count=1, name_prefix="first_")
-    try:
+class TestOneSharedGroup:
+    """Failures that leave the workers alive share one group of 2 processes."""
+
+    @pytest.fixture(scope="class")
+    def raiser(self, ray_cluster):
+        """2 EchoWorkers, one per bundle (max_colocate_count=1), shared by the tests that leave them alive;
+        built after the busy-pool test has released its holders (the free-CPU view lags releases)."""
+        pool = RayResourcePool([2], use_gpu=False, max_colocate_count=1, name_prefix="raiser")  # a name of its own
+        wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(EchoWorker)), name_prefix="raiser_")
+        yield pool, wg
+        teardown(pool, wg)
+
+    def test_exception_in_worker_method_names_rank_and_carries_traceback(self, raiser):
+        _, wg = raiser
+        start = time.monotonic()
+        with pytest.raises(WorkerGroupError) as info:
+            wg.fail_on_rank(1)
+        assert time.monotonic() - start < FAILURE_DEADLINE_S
+        message = str(info.value)
+        assert "worker group 'raiser_'" in message and "'fail_on_rank'" in message and "rank 1" in message
+        assert "deliberate failure on rank 1" in message and "sc_testlib.py" in message, message
+        assert info.value.rank == 1 and info.value.wg_name == "raiser_"
+        assert wg.add_rank(0) == [0, 1]  # the workers survive a raising method
+
+    def test_over_colocation_is_refused_instead_of_hanging(self, raiser):
+        pool, _ = raiser  # its bundles already hold one worker each
         with pytest.raises(ResourceUnavailableError, match="max_colocate_count=1"):
             RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(EchoWorker)), name_prefix="second_")
-    finally:
-        teardown(pool, wg)
 
 
 def test_resource_pool_manager_preflight(ray_cluster):

@@ -2,7 +2,8 @@
 
 Several roles live in one actor process; a group over the fused class ``spawn``s (or ``fuse``s) one
 view per role whose calls go through ``_fuw_execute("{role}_fwmn_{method}")``. The views must give
-the same results as separate worker groups of each role.
+the results a separate worker group of each role gives: the hand-computed values of ``DP_COMPUTE_PROTO`` over 2
+ranks (one group of 2 processes instead of three: each Ray worker process imports torch and tensordict).
 """
 
 from __future__ import annotations
@@ -40,16 +41,13 @@ def test_fused_group_views_match_separate_groups(ray_cluster):
     data = DataProto.from_dict({"a": torch.zeros(10)})
     pool = RayResourcePool([2], use_gpu=False, max_colocate_count=3)
     roles = class_dict()
-    actor_wg = RayWorkerGroup(pool, roles["actor"], name_prefix="sep_actor_")
-    critic_wg = RayWorkerGroup(pool, roles["critic"], name_prefix="sep_critic_")
     fused_wg = RayWorkerGroup(pool, create_colocated_worker_cls_fused(roles), name_prefix="fused_")
     try:
-        expected_actor, expected_critic = actor_wg.add(data), critic_wg.sub(data)
         views = fused_wg.spawn(prefix_set=roles.keys())
-        # rank 0 gets rows 0-4 (+0), rank 1 rows 5-9 (+1); the critic subtracts 10 everywhere
-        torch.testing.assert_close(views["actor"].add(data).batch, expected_actor.batch, atol=0, rtol=0)
-        torch.testing.assert_close(views["critic"].sub(data).batch, expected_critic.batch, atol=0, rtol=0)
-        assert expected_actor.batch["a"].tolist() == [0.0] * 5 + [1.0] * 5
+        # what separate groups of each role give: rank 0 gets rows 0-4 (+0), rank 1 rows 5-9 (+1);
+        # the critic subtracts 10 everywhere
+        assert views["actor"].add(data).batch["a"].tolist() == [0.0] * 5 + [1.0] * 5
+        assert views["critic"].sub(data).batch["a"].tolist() == [-10.0] * 10
         assert views["actor"].pid() == views["critic"].pid() and len(set(views["actor"].pid())) == 2
         assert not hasattr(views["actor"], "sub") and not hasattr(views["critic"], "add")
         siblings = views["critic"].sibling_pids()
@@ -58,6 +56,5 @@ def test_fused_group_views_match_separate_groups(ray_cluster):
         assert fused_wg.actor.pid() == views["actor"].pid()
         assert fused_wg.critic.sub(data).batch["a"].tolist() == [-10.0] * 10
     finally:
-        for wg in (actor_wg, critic_wg, fused_wg):
-            wg.kill()
+        fused_wg.kill()
         pool.release()

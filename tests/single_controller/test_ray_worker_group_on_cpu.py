@@ -9,15 +9,20 @@ import ray
 from sc_testlib import AsyncWorker, EchoWorker, MeshWorker, make_group, make_proto, teardown
 
 from hybridrl.single_controller.base.decorator import Dispatch, register, register_dispatch_mode
-from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+from hybridrl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
 
 @pytest.fixture(scope="module")
-def echo3(ray_cluster):
-    """3 EchoWorkers (offset 0.5) on one CPU node."""
-    pool, wg = make_group(EchoWorker, [3], 0.5, name_prefix="echo3_")
-    yield wg
+def echo3_pool_and_group(ray_cluster):
+    """3 EchoWorkers (offset 0.5, ``worker_env`` EXTRA=yes) on one CPU node, in bundles that take a second worker."""
+    pool, wg = make_group(EchoWorker, [3], 0.5, name_prefix="echo3_", max_colocate_count=2, worker_env={"EXTRA": "yes"})
+    yield pool, wg
     teardown(pool, wg)
+
+
+@pytest.fixture
+def echo3(echo3_pool_and_group):
+    return echo3_pool_and_group[1]
 
 
 def test_workers_get_rank_world_size_and_rendezvous_env(echo3):
@@ -146,15 +151,11 @@ def test_mesh_aware_dispatch_dp2_tp2(ray_cluster):
         teardown(pool, wg)
 
 
-def test_worker_env_extends_but_cannot_override(ray_cluster):
-    pool = RayResourcePool([1], use_gpu=False, max_colocate_count=2)
-    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(EchoWorker)), worker_env={"EXTRA": "yes"})
-    try:
-        assert wg.identity()[0]["env"]["EXTRA"] == "yes"
-        with pytest.raises(ValueError, match="RANK"):
-            RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(EchoWorker)), worker_env={"RANK": "3"})
-    finally:
-        teardown(pool, wg)
+def test_worker_env_extends_but_cannot_override(echo3_pool_and_group):
+    pool, wg = echo3_pool_and_group
+    assert {i["env"]["EXTRA"] for i in wg.identity()} == {"yes"}
+    with pytest.raises(ValueError, match="RANK"):
+        RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(EchoWorker)), worker_env={"RANK": "3"})
 
 
 def test_dispatch_mode_enum_is_extensible():

@@ -199,6 +199,7 @@ def test_openai_agent_scores_its_trajectory_and_survives_bad_agents(tokenizer, t
         assert sample.response_logprobs == [-0.25] * len(sample.response_ids)
     else:
         assert sample.metrics.counters[counter] == 1 and sample.metrics.counters["failed_trajectories"] == 1
+        assert "trajectory_blocked" not in sample.metrics.counters  # awaiting (hang) is not blocking
         assert sample.response_mask == [0] and sample.extra_fields["reward_scores"] == {0: 0.0}
 
 

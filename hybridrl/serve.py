@@ -35,7 +35,7 @@ def check_serve_config(config: DictConfig) -> None:
     if not isinstance(port, int) or not 0 <= port <= 65535:
         problems.append(ConfigProblem("server.port", f"must be a TCP port (0-65535), got {port!r}.", "e.g. 8000"))
     for key in ("max_request_bytes", "max_n", "max_inflight_sequences"):
-        if config.server[key] is not None and int(config.server[key]) < 1:
+        if (config.server[key] is not None or key != "max_inflight_sequences") and int(config.server[key]) < 1:
             problems.append(ConfigProblem(f"server.{key}", "must be >= 1.", f"set server.{key} to a positive int"))
     if float(config.server.shutdown_timeout_s) < 0:
         problems.append(ConfigProblem("server.shutdown_timeout_s", "must be >= 0.", "e.g. server.shutdown_timeout_s=5"))
@@ -95,6 +95,20 @@ def build_engine(config: DictConfig) -> tuple[Any, Any, DictConfig]:
     return engine, tokenizer, rollout_config
 
 
+def uvicorn_config(app: Any, config: DictConfig) -> Any:
+    """uvicorn's config for ``app`` on ``server.host:server.port``; on Ctrl-C / SIGTERM the requests still running
+    after ``server.shutdown_timeout_s`` are cancelled (with their generation: ``serving/admission.py``)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=config.server.host,
+        port=int(config.server.port),
+        log_level=config.server.log_level,
+        timeout_graceful_shutdown=float(config.server.shutdown_timeout_s),
+    )
+
+
 def run_server(config: DictConfig) -> None:
     """Build the engine and its async server, then serve the OpenAI API until interrupted (Ctrl-C, SIGTERM: requests
     still running after ``server.shutdown_timeout_s`` are cancelled with their generation)."""
@@ -121,13 +135,10 @@ def run_server(config: DictConfig) -> None:
         if host not in _LOOPBACK_HOSTS and config.server.api_key is None:
             print(f"WARNING: serving on {host} without server.api_key: anyone who reaches it can use it", flush=True)
         print(f"serving {served_model_name(config)!r} at http://{host}:{port}/v1", flush=True)
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_level=config.server.log_level,
-            timeout_graceful_shutdown=float(config.server.shutdown_timeout_s),
-        )
+        web = uvicorn.Server(uvicorn_config(app, config))
+        web.run()
+        if not web.started:
+            raise RuntimeError(f"the server could not listen on {host}:{port} (see uvicorn's error above)")
     finally:
         server.stop()
 

@@ -1,7 +1,8 @@
 """A burst of abandoned requests against ``python -m hybridrl.serve``, and the bad requests that must be 400s.
 
     python scripts/bench/bench_serve_burst.py --model ~/.cache/hybridrl/smollm2-135m-instruct \\
-        [--requests 50 --n 16 --max-tokens 256 --client-timeout 20] [--code-root /path/to/a/checkout]
+        [--requests 50 --n 16 --max-tokens 256 --client-timeout 20] [--code-root /path/to/a/checkout] \\
+        [--set rollout.max_num_batched_tokens=1024 ...]
 
 Starts the server (hf engine on the CPU, ``rollout.prompt_length=4096``) from ``--code-root`` (default: this
 checkout), measures its idle memory (RSS after one warm-up request), then sends ``--requests`` concurrent chat
@@ -37,6 +38,7 @@ def _start(args: argparse.Namespace, port: int, log_path: Path) -> subprocess.Po
         *(sys.executable, "-m", "hybridrl.serve", f"model.path={args.model}", "trainer.device=cpu", "rollout.name=hf"),
         *("rollout.dtype=float32", "rollout.prompt_length=4096", f"rollout.response_length={args.max_tokens}"),
         *(f"server.port={port}", "server.model_name=m", f"hydra.run.dir={log_path.parent}/hydra-{port}"),
+        *args.set,
     ]
     env = {**os.environ, "PYTHONPATH": str(args.code_root)}
     process = subprocess.Popen(
@@ -177,6 +179,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=10.0)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/bench_serve_burst"))
     parser.add_argument("--skip", choices=["burst", "bad"], default=None)
+    parser.add_argument("--set", nargs="*", default=[], help="more serve overrides, e.g. rollout.max_num_seqs=64")
     args = parser.parse_args()
     args.model = os.path.expanduser(args.model)
     args.log_dir.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,8 @@ def from_validation_error(error: ValidationError | RequestValidationError) -> Op
     location = [str(part) for part in first.get("loc", ()) if part != "body"]
     param = ".".join(location) or None
     where = f"'{param}': " if param else ""
-    return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param)
+    reason = str(first.get("msg", "invalid value")).removeprefix("Value error, ")  # a validator's own message
+    return invalid_request(f"{where}{reason}", param=param)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -199,6 +199,14 @@ def test_unsupported_or_out_of_range_fields_are_400(app, engine, request_fields,
     assert engine.calls == []
 
 
+def test_an_invalid_tool_schema_is_named_with_where_it_is_wrong(app):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}
+    error = client_error(app, tools=[tool])
+    assert error.body["message"] == (
+        "'tools.0.function.parameters': not a valid JSON Schema (at required): 'x' is not of type 'array'"
+    )
+
+
 def test_completions_refuse_alternatives_and_out_of_vocabulary_ids(app, engine, tokenizer):
     error = error_of(post(app, "/v1/completions", json={"model": MODEL, "prompt": "hi", "logprobs": 2}), 400)
     assert error["param"] == "logprobs" and "logprobs=0" in error["message"]

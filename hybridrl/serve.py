@@ -16,6 +16,7 @@ the same ids hybridrl's agent loop would send; responses carry the engine's own 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -136,7 +137,8 @@ def run_server(config: DictConfig) -> None:
             print(f"WARNING: serving on {host} without server.api_key: anyone who reaches it can use it", flush=True)
         print(f"serving {served_model_name(config)!r} at http://{host}:{port}/v1", flush=True)
         web = uvicorn.Server(uvicorn_config(app, config))
-        web.run()
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C it shut down on (as uvicorn.run)
+            web.run()
         if not web.started:
             raise RuntimeError(f"the server could not listen on {host}:{port} (see uvicorn's error above)")
     finally:

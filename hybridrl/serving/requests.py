@@ -83,8 +83,9 @@ class ToolFunction(_Lenient):
         except SchemaError as error:
             where = "/".join(str(part) for part in error.path) or "the root"
             raise ValueError(f"not a valid JSON Schema (at {where}): {error.message}") from None
-        if schema.get("type", "object") != "object":
-            raise ValueError(f"must be a JSON Schema of type 'object', got type {schema.get('type')!r}")
+        declared = schema.get("type")  # none declared: an object's schema
+        if declared is not None and declared != "object":
+            raise ValueError(f"must be a JSON Schema of type 'object', got type {declared!r}")
         return schema
 
 

@@ -16,6 +16,7 @@ the same ids hybridrl's agent loop would send; responses carry the engine's own 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -34,9 +35,11 @@ def check_serve_config(config: DictConfig) -> None:
     port = config.server.port
     if not isinstance(port, int) or not 0 <= port <= 65535:
         problems.append(ConfigProblem("server.port", f"must be a TCP port (0-65535), got {port!r}.", "e.g. 8000"))
-    for key in ("max_request_bytes", "max_n"):
-        if int(config.server[key]) < 1:
+    for key in ("max_request_bytes", "max_n", "max_inflight_sequences"):
+        if (config.server[key] is not None or key != "max_inflight_sequences") and int(config.server[key]) < 1:
             problems.append(ConfigProblem(f"server.{key}", "must be >= 1.", f"set server.{key} to a positive int"))
+    if float(config.server.shutdown_timeout_s) < 0:
+        problems.append(ConfigProblem("server.shutdown_timeout_s", "must be >= 0.", "e.g. server.shutdown_timeout_s=5"))
     if int(config.rollout.tensor_model_parallel_size) != 1:
         problems.append(
             ConfigProblem(
@@ -52,6 +55,19 @@ def check_serve_config(config: DictConfig) -> None:
 def served_model_name(config: DictConfig) -> str:
     """``server.model_name``, else the basename of ``model.path``."""
     return config.server.model_name or os.path.basename(os.path.normpath(os.path.expanduser(config.model.path)))
+
+
+def serve_limits(config: DictConfig, rollout_config: DictConfig) -> Any:
+    """The request bounds (``ServeLimits``) of ``config``, with the model's context (``max_position_embeddings``
+    of ``model.path``'s config) so a prompt or ``max_tokens`` beyond it is a 400, never an engine error."""
+    from hybridrl.serving import ServeLimits
+    from hybridrl.workers.engine.model_loader import load_hf_config
+
+    hf_config = load_hf_config(
+        os.path.expanduser(config.model.path), trust_remote_code=bool(config.model.trust_remote_code)
+    )
+    context = getattr(hf_config, "max_position_embeddings", None)
+    return ServeLimits.from_config(rollout_config, config.server, None if context is None else int(context))
 
 
 def build_engine(config: DictConfig) -> tuple[Any, Any, DictConfig]:
@@ -80,11 +96,26 @@ def build_engine(config: DictConfig) -> tuple[Any, Any, DictConfig]:
     return engine, tokenizer, rollout_config
 
 
-def run_server(config: DictConfig) -> None:
-    """Build the engine and its async server, then serve the OpenAI API until interrupted (Ctrl-C)."""
+def uvicorn_config(app: Any, config: DictConfig) -> Any:
+    """uvicorn's config for ``app`` on ``server.host:server.port``; on Ctrl-C / SIGTERM the requests still running
+    after ``server.shutdown_timeout_s`` are cancelled (with their generation: ``serving/admission.py``)."""
     import uvicorn
 
-    from hybridrl.serving import ServeLimits, build_openai_app
+    return uvicorn.Config(
+        app,
+        host=config.server.host,
+        port=int(config.server.port),
+        log_level=config.server.log_level,
+        timeout_graceful_shutdown=float(config.server.shutdown_timeout_s),
+    )
+
+
+def run_server(config: DictConfig) -> None:
+    """Build the engine and its async server, then serve the OpenAI API until interrupted (Ctrl-C, SIGTERM: requests
+    still running after ``server.shutdown_timeout_s`` are cancelled with their generation)."""
+    import uvicorn
+
+    from hybridrl.serving import build_openai_app
     from hybridrl.workers.rollout.async_server import build_async_server
 
     engine, tokenizer, rollout_config = build_engine(config)
@@ -96,7 +127,7 @@ def run_server(config: DictConfig) -> None:
             server.generate,
             tokenizer,
             model_name=served_model_name(config),
-            limits=ServeLimits.from_config(rollout_config, config.server),
+            limits=serve_limits(config, rollout_config),
             api_key=config.server.api_key,
             tool_format=config.server.tool_format,
             chat_template_kwargs=OmegaConf.to_container(config.server.chat_template_kwargs, resolve=True),
@@ -105,7 +136,11 @@ def run_server(config: DictConfig) -> None:
         if host not in _LOOPBACK_HOSTS and config.server.api_key is None:
             print(f"WARNING: serving on {host} without server.api_key: anyone who reaches it can use it", flush=True)
         print(f"serving {served_model_name(config)!r} at http://{host}:{port}/v1", flush=True)
-        uvicorn.run(app, host=host, port=port, log_level=config.server.log_level)
+        web = uvicorn.Server(uvicorn_config(app, config))
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C it shut down on (as uvicorn.run)
+            web.run()
+        if not web.started:
+            raise RuntimeError(f"the server could not listen on {host}:{port} (see uvicorn's error above)")
     finally:
         server.stop()
 

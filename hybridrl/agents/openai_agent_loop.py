@@ -10,6 +10,11 @@ client of this worker's training endpoint whose requests all carry the trajector
 (or one reward per completion, in call order). The completions it made become the training samples
 (``trajectory_samples``): one per conversation chain, with the model's tokens masked in.
 
+Each call runs on its own thread and event loop (``own_loop.py``): a synchronous sleep or blocking I/O inside
+``async def rollout`` holds up its own trajectory only, and is reported by the function's name
+(``agent_loop/trajectory_blocked``, when it kept its loop from running for ``BLOCK_REPORT_S`` or more). Objects
+bound to an event loop (``asyncio.Lock``, clients) cannot be shared between calls: create them inside ``rollout``.
+
 A rollout that raises, returns something else, or runs past ``timeout_s`` is counted
 (``agent_loop/trajectory_errors`` / ``agent_loop/trajectory_timeouts``) and gives one placeholder sample with no
 trainable token and reward 0, so the step goes on with the others.
@@ -24,6 +29,7 @@ import time
 from typing import Any
 from uuid import uuid4
 
+from hybridrl.agents.own_loop import BLOCK_REPORT_S, RolloutTimeout, run_on_own_loop
 from hybridrl.agents.trajectory_samples import samples_from_completions
 from hybridrl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from hybridrl.experimental.agent_loop.postprocess import REWARD_SCORES_KEY
@@ -57,6 +63,30 @@ def _valid_reward(reward: Any) -> bool:
         return False
 
 
+def _function_name(fn: Any) -> str:
+    """``name (file:line)`` of the user's function, for messages."""
+    code = getattr(fn, "__code__", None)
+    where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"{getattr(fn, '__qualname__', fn)}{where}"
+
+
+def _report_blocking(fn: Any, trajectory_id: str, blocked_s: float, metrics: AgentLoopMetrics) -> None:
+    """Count and name a rollout function that blocked its event loop (see ``own_loop.py``)."""
+    metrics.count("trajectory_blocked")
+    logger.warning(
+        "the rollout function %s blocked its event loop for %.1f s in trajectory %s: a synchronous call (time.sleep, "
+        "blocking I/O) inside `async def`; it holds up only its own trajectory, but use `await asyncio.sleep` or "
+        "`await asyncio.to_thread(...)` instead", _function_name(fn), blocked_s, trajectory_id)
+
+
+async def _play(rollout: Any, client: Any, row: dict[str, Any]) -> Any:
+    """The user's rollout on its own loop; the client (first used there) is closed there."""
+    try:
+        return await rollout(client, row)
+    finally:
+        await client.close()
+
+
 @register("openai_agent")
 class OpenAIAgentLoop(AgentLoopBase):
     """Runs the configured rollout function for one row (see the module docstring)."""
@@ -71,11 +101,16 @@ class OpenAIAgentLoop(AgentLoopBase):
         client = endpoint.client(trajectory_id, timeout_s)
         start, reward = time.perf_counter(), None
         try:
-            reward = await asyncio.wait_for(rollout(client, dict(row)), timeout=timeout_s)
+            outcome = await run_on_own_loop(lambda: _play(rollout, client, dict(row)), timeout_s)
+            if outcome.blocked_s >= BLOCK_REPORT_S:
+                _report_blocking(rollout, trajectory_id, outcome.blocked_s, metrics)
+            reward = outcome.value
             if not _valid_reward(reward):
                 raise TypeError(f"the rollout function returned {reward!r}; return a finite float or a list of them")
-        except asyncio.TimeoutError:
+        except RolloutTimeout as timeout:
             metrics.count("trajectory_timeouts")
+            if timeout.blocking:
+                _report_blocking(rollout, trajectory_id, timeout.blocked_s, metrics)
             logger.warning("trajectory %s ran past custom_rollout_function.timeout_s=%s; it is skipped",
                            trajectory_id, timeout_s)
             reward = None
@@ -85,7 +120,6 @@ class OpenAIAgentLoop(AgentLoopBase):
             reward = None
         finally:
             records = endpoint.end(trajectory_id)
-            await client.close()
         metrics.generate_sequences = time.perf_counter() - start
         first_choices = [r for r in records if r.choice_index == 0]
         metrics.count("completions", len(first_choices))

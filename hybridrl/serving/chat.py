@@ -94,13 +94,13 @@ def _choice_object(context: ServingContext, choice: Choice, logprobs: bool) -> d
 async def chat_completion(context: ServingContext, body: ChatCompletionRequest, trajectory_id: str) -> dict[str, Any]:
     """The chat completion object for ``body`` (every returned choice recorded under ``trajectory_id``)."""
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    max_tokens = context.check_request(body, body.requested_max_tokens(), field)
+    requested = context.check_request(body, body.requested_max_tokens(), field)
     stop, use_tools = body.stop_strings(), _tool_mode(body)
     tools = [tool.model_dump(exclude_none=True) for tool in body.tools] if body.tools else None
     template_kwargs = {**context.chat_template_kwargs, **(body.chat_template_kwargs or {})}
     messages = template_messages(body.messages)
     prompt_ids = context.renderer.prompt_ids(messages, tools if use_tools else None, template_kwargs, trajectory_id)
-    context.check_prompt_length(prompt_ids, "messages")
+    max_tokens = context.fit_prompt(prompt_ids, "messages", requested, field, context.limits.max_tokens)
     params = context.sampling_params(body, max_tokens, body.logprobs)
     outputs = await generate_choices(context.generate, trajectory_id, prompt_ids, params, body.n)
     parser = context.tool_parser if use_tools else None

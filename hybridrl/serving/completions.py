@@ -49,14 +49,11 @@ def _choice_object(context: ServingContext, choice: Choice, logprobs: bool) -> d
 
 async def text_completion(context: ServingContext, body: CompletionRequest, trajectory_id: str) -> dict[str, Any]:
     """The text completion object for ``body`` (every returned choice recorded under ``trajectory_id``)."""
-    requested = body.max_tokens
-    if requested is None:  # OpenAI's default for this endpoint, within the server's limit
-        requested = min(COMPLETIONS_DEFAULT_MAX_TOKENS, context.limits.max_tokens)
-    max_tokens = context.check_request(body, requested, "max_tokens")
+    requested = context.check_request(body, body.max_tokens, "max_tokens")
+    default = min(COMPLETIONS_DEFAULT_MAX_TOKENS, context.limits.max_tokens)  # OpenAI's, within the server's limit
     stop, want_logprobs = body.stop_strings(), body.logprobs is not None
     prompts = prompt_token_ids(context.tokenizer, body.prompt)
-    for ids in prompts:
-        context.check_prompt_length(ids, "prompt")
+    max_tokens = min(context.fit_prompt(ids, "prompt", requested, "max_tokens", default) for ids in prompts)
     params = context.sampling_params(body, max_tokens, want_logprobs)
     per_prompt = await asyncio.gather(
         *(generate_choices(context.generate, trajectory_id, ids, params, body.n) for ids in prompts)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.generation.tool_parser import ToolParser
+from hybridrl.serving.admission import Admission
 from hybridrl.serving.choices import Choice
 from hybridrl.serving.errors import OpenAIError, invalid_request
 from hybridrl.serving.prompts import PromptRenderer
@@ -28,6 +29,7 @@ class ServingContext:
     recorder: CompletionRecorder | None
     renderer: PromptRenderer
     tool_parser: ToolParser  # of the app's ``tool_format``
+    admission: Admission  # the in-flight sequence count of ``limits.max_inflight_sequences``
     accept_any_model: bool = False  # training: the policy answers whatever model name the user's agent uses
 
     def check_model(self, model: str) -> None:
@@ -40,15 +42,13 @@ class ServingContext:
                 code="model_not_found",
             )
 
-    def check_request(self, body: SamplingFields, max_tokens: int | None, max_tokens_field: str) -> int:
-        """The request's ``max_tokens`` (the limit when absent) after the model, ``n`` and limit checks."""
+    def check_request(self, body: SamplingFields, max_tokens: int | None, max_tokens_field: str) -> int | None:
+        """The request's ``max_tokens`` (None when absent) after the model, ``n`` and limit checks."""
         self.check_model(body.model)
         body.check_unsupported()
         if body.n > self.limits.max_n:
             raise invalid_request(f"'n' is {body.n}; this server allows at most {self.limits.max_n}", "n")
-        if max_tokens is None:
-            return self.limits.max_tokens
-        if max_tokens > self.limits.max_tokens:
+        if max_tokens is not None and max_tokens > self.limits.max_tokens:
             raise invalid_request(
                 f"'{max_tokens_field}' is {max_tokens}; this server allows at most {self.limits.max_tokens} "
                 "(rollout.response_length)",
@@ -56,15 +56,36 @@ class ServingContext:
             )
         return max_tokens
 
-    def check_prompt_length(self, prompt_ids: list[int], param: str) -> None:
-        """400 (``context_length_exceeded``) when the prompt has more tokens than the limit."""
-        if len(prompt_ids) > self.limits.max_prompt_tokens:
+    def fit_prompt(
+        self, prompt_ids: list[int], param: str, max_tokens: int | None, max_tokens_field: str, default: int
+    ) -> int:
+        """The ``max_tokens`` one choice of this prompt may generate: the request's, else ``default`` shortened to
+        the room the model's context leaves. 400 (``context_length_exceeded``) when the prompt is over the prompt
+        limit (``ServeLimits.prompt_limit``) or, with an explicit ``max_tokens``, prompt + ``max_tokens`` exceed
+        the model's context."""
+        limit, context = self.limits.prompt_limit(), self.limits.context_length
+        if len(prompt_ids) > limit:
+            clamp = (
+                "" if limit == self.limits.max_prompt_tokens else f", clamped to the model's {context}-token context"
+            )
             raise invalid_request(
-                f"the prompt has {len(prompt_ids)} tokens; this server allows at most "
-                f"{self.limits.max_prompt_tokens} (rollout.prompt_length)",
+                f"the prompt has {len(prompt_ids)} tokens; this server allows at most {limit} "
+                f"(rollout.prompt_length{clamp})",
                 param,
                 code="context_length_exceeded",
             )
+        room = default if context is None else context - len(prompt_ids)
+        if max_tokens is None:
+            return min(default, room)
+        if max_tokens > room:
+            raise invalid_request(
+                f"the model's context is {context} tokens; the prompt has {len(prompt_ids)} and "
+                f"'{max_tokens_field}' asks for {max_tokens}: lower '{max_tokens_field}' to at most {room} "
+                "or shorten the prompt",
+                max_tokens_field,
+                code="context_length_exceeded",
+            )
+        return max_tokens
 
     def sampling_params(self, body: SamplingFields, max_tokens: int, client_logprobs: bool) -> dict[str, Any]:
         """The engine's ``sampling_params``: the request's values; unset ones are left to the rollout config.

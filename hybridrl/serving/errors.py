@@ -4,6 +4,8 @@
 401 invalid_request_error   missing or wrong API key (code ``invalid_api_key``)
 404 invalid_request_error   unknown model (code ``model_not_found``) or route
 413 invalid_request_error   body over ``server.max_request_bytes`` (code ``request_too_large``)
+429 rate_limit_error        more sequences in flight than ``server.max_inflight_sequences`` (code ``server_busy``,
+                            with a ``Retry-After`` header)
 500 server_error            the rollout engine failed
 """
 
@@ -32,15 +34,17 @@ class OpenAIError(Exception):
         type: str = "invalid_request_error",  # noqa: A002 - OpenAI's field name
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def invalid_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
@@ -54,7 +58,8 @@ def from_validation_error(error: ValidationError | RequestValidationError) -> Op
     location = [str(part) for part in first.get("loc", ()) if part != "body"]
     param = ".".join(location) or None
     where = f"'{param}': " if param else ""
-    return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param)
+    reason = str(first.get("msg", "invalid value")).removeprefix("Value error, ")  # a validator's own message
+    return invalid_request(f"{where}{reason}", param=param)
 
 
 def install_error_handlers(app: FastAPI) -> None:

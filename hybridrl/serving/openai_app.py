@@ -11,8 +11,10 @@ conversation's turns reach the same server), the key under which the ``recorder`
 choice, and it is echoed in the response's ``X-Trajectory-Id`` header.
 
 Safety: the body is read up to ``limits.max_request_bytes`` (413 beyond); with ``api_key`` every ``/v1``
-route needs ``Authorization: Bearer <api_key>`` (401); ``max_tokens``, ``n`` and the prompt length are
-bounded by ``limits`` (400). Errors are OpenAI error objects (``errors.py``).
+route needs ``Authorization: Bearer <api_key>`` (401); ``max_tokens``, ``n``, the prompt length and the
+model's context are bounded by ``limits`` (400); past ``limits.max_inflight_sequences`` sequences being
+generated a request gets a 429 with ``Retry-After``; a request whose client disconnects has its generation
+cancelled (``admission.py``). Errors are OpenAI error objects (``errors.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from hybridrl.generation.tool_parser import ToolParser
+from hybridrl.serving.admission import Admission, until_disconnected
 from hybridrl.serving.chat import chat_completion
 from hybridrl.serving.completions import text_completion
 from hybridrl.serving.context import ServingContext
@@ -86,6 +89,7 @@ def build_openai_app(
         renderer=renderer if renderer is not None else PromptRenderer(tokenizer, template_kwargs),
         accept_any_model=accept_any_model,
         tool_parser=ToolParser.get_tool_parser(tool_format, tokenizer),
+        admission=Admission(limits.max_inflight_sequences),
     )
     app = FastAPI(title=f"hybridrl OpenAI-compatible API ({model_name})")
     install_error_handlers(app)
@@ -135,14 +139,16 @@ def _api_router(context: ServingContext, api_key: str | None) -> APIRouter:
     async def chat(request: Request) -> Any:
         body = await _parse(request, ChatCompletionRequest, context.limits.max_request_bytes)
         trajectory_id = trajectory_id_of(request, body)
-        response = await chat_completion(context, body, trajectory_id)
+        with context.admission.hold(body.n):
+            response = await until_disconnected(request.receive, chat_completion(context, body, trajectory_id))
         return _respond(response, body.stream, trajectory_id, chat_chunks, body.include_usage())
 
     @router.post("/completions")
     async def completions(request: Request) -> Any:
         body = await _parse(request, CompletionRequest, context.limits.max_request_bytes)
         trajectory_id = trajectory_id_of(request, body)
-        response = await text_completion(context, body, trajectory_id)
+        with context.admission.hold(body.n * body.prompt_count()):
+            response = await until_disconnected(request.receive, text_completion(context, body, trajectory_id))
         return _respond(response, body.stream, trajectory_id, completion_chunks, body.include_usage())
 
     return router

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridrl.serving.errors import invalid_request
 
@@ -19,6 +19,8 @@ MAX_STOP_SEQUENCES = 4
 MAX_TOP_LOGPROBS = 20
 # OpenAI's default max_tokens of the legacy completions API (chat has none: the limit applies).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+# OpenAI's seed is an int64 (choice i of a request samples with seed + i, within what the engines' generators take)
+SEED_RANGE = (-(2**63), 2**63 - 1)
 
 
 class _Lenient(BaseModel):
@@ -35,7 +37,7 @@ class SamplingFields(_Lenient):
     top_k: int | None = Field(None, ge=-1)  # -1 or 0: off
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
@@ -67,6 +69,24 @@ class ToolFunction(_Lenient):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_json_schema_of_an_object(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``parameters`` must be a valid JSON Schema (its declared draft, else 2020-12) of ``type: object``."""
+        if schema is None:
+            return None
+        from jsonschema import Draft202012Validator, SchemaError, validators
+
+        try:
+            validators.validator_for(schema, default=Draft202012Validator).check_schema(schema)
+        except SchemaError as error:
+            where = "/".join(str(part) for part in error.path) or "the root"
+            raise ValueError(f"not a valid JSON Schema (at {where}): {error.message}") from None
+        declared = schema.get("type")  # none declared: an object's schema
+        if declared is not None and declared != "object":
+            raise ValueError(f"must be a JSON Schema of type 'object', got type {declared!r}")
+        return schema
 
 
 class ToolSpec(_Lenient):
@@ -124,6 +144,11 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
+
+    def prompt_count(self) -> int:
+        """How many prompts ``prompt`` holds (a string or an id list is one)."""
+        single = isinstance(self.prompt, str) or (bool(self.prompt) and isinstance(self.prompt[0], int))
+        return 1 if single else len(self.prompt)
 
     def check_unsupported(self) -> None:
         super().check_unsupported()

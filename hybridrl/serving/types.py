@@ -33,23 +33,51 @@ class ServeLimits:
         max_prompt_tokens: most prompt tokens after the chat template (``rollout.prompt_length``); 400 beyond.
         max_request_bytes: most bytes of a request body (``server.max_request_bytes``); 413 beyond.
         max_n: most choices per request (``server.max_n``); 400 beyond.
+        context_length: the model's context (``max_position_embeddings``), None when unknown: a prompt must
+            leave room for one generated token, and prompt + an explicit ``max_tokens`` must fit (400 beyond).
+        max_inflight_sequences: most sequences (``n`` × prompts of every request being answered) at once; a
+            request that would exceed it gets a 429 with ``Retry-After`` (None: unbounded).
     """
 
     max_tokens: int
     max_prompt_tokens: int
     max_request_bytes: int
     max_n: int
+    context_length: int | None = None
+    max_inflight_sequences: int | None = None
+
+    def prompt_limit(self) -> int:
+        """Most prompt tokens: ``max_prompt_tokens``, clamped to the context less one generated token."""
+        if self.context_length is None:
+            return self.max_prompt_tokens
+        return min(self.max_prompt_tokens, self.context_length - 1)
 
     @classmethod
-    def from_config(cls, rollout_config: Any, server_config: Any) -> ServeLimits:
-        """From a rollout section (``prompt_length``, ``response_length``) and a server section
-        (``max_request_bytes``, ``max_n``), as in ``configs/serve.yaml``."""
+    def from_config(cls, rollout_config: Any, server_config: Any, context_length: int | None = None) -> ServeLimits:
+        """From a rollout section (``prompt_length``, ``response_length``, ``max_num_seqs``) and a server section
+        (``max_request_bytes``, ``max_n``, ``max_inflight_sequences``), as in ``configs/serve.yaml``;
+        ``context_length``: the model's ``max_position_embeddings``."""
         return cls(
             max_tokens=int(rollout_config.response_length),
             max_prompt_tokens=int(rollout_config.prompt_length),
             max_request_bytes=int(server_config.max_request_bytes),
             max_n=int(server_config.max_n),
+            context_length=context_length,
+            max_inflight_sequences=inflight_bound(rollout_config, server_config),
         )
+
+
+# the default bound on in-flight sequences: this many engine batches (rollout.max_num_seqs) running or queued
+INFLIGHT_BATCHES = 2
+
+
+def inflight_bound(rollout_config: Any, server_config: Any) -> int:
+    """``server.max_inflight_sequences``, else ``INFLIGHT_BATCHES`` × ``rollout.max_num_seqs`` (one engine batch
+    running and one waiting for a slot)."""
+    configured = server_config.get("max_inflight_sequences")
+    if configured is not None:
+        return int(configured)
+    return INFLIGHT_BATCHES * int(rollout_config.max_num_seqs)
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import openai
 import pytest
 import torch
 from serving_testlib import ListRecorder, make_app, openai_client
 
 from hybridrl.config import compose_config
 from hybridrl.generation.chat_tokens import ChatTokens
-from hybridrl.serve import build_engine, served_model_name
-from hybridrl.serving import ServeLimits
+from hybridrl.serve import build_engine, serve_limits, served_model_name
 from hybridrl.workers.rollout.async_server import build_async_server
 
 MESSAGES = [{"role": "user", "content": "What is the sum of 7 and 8?"}]
@@ -28,7 +28,7 @@ def served(tiny_model_dir):
         "rollout.name=hf",
         "rollout.dtype=float32",
         f"rollout.response_length={RESPONSE_LENGTH}",
-        "rollout.prompt_length=512",
+        "rollout.prompt_length=4096",  # over the tiny model's 1024 positions: the server clamps it
         "rollout.max_num_seqs=8",
     ]
     config = compose_config("serve", overrides)
@@ -46,7 +46,7 @@ def served(tiny_model_dir):
 
 def app_of(served, recorder, tokenizer=None):
     config, server, engine_tokenizer = served
-    limits = ServeLimits.from_config(config.rollout, config.server)
+    limits = serve_limits(config, config.rollout)
     return make_app(
         server.generate,
         tokenizer or engine_tokenizer,
@@ -116,3 +116,17 @@ def test_streaming_over_the_engine_assembles_the_greedy_message(served, tools_to
     ((_, record),) = recorder.records
     assert record.prompt_ids == prompt_ids and record.response_ids == reference.token_ids
     assert content == tools_tokenizer.decode(reference.token_ids, skip_special_tokens=True)
+
+
+def test_a_prompt_beyond_the_models_context_is_a_400_not_an_engine_error(served):
+    config, _, _ = served  # rollout.prompt_length=4096, the tiny model has 1024 positions
+
+    async def main():
+        async with openai_client(app_of(served, None)) as client:
+            long = [{"role": "user", "content": "seven " * 1100}]
+            await client.chat.completions.create(model=served_model_name(config), messages=long)
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        asyncio.run(main())
+    assert caught.value.body["code"] == "context_length_exceeded"
+    assert "at most 1023 (rollout.prompt_length, clamped to the model's 1024-token context)" in caught.value.message

@@ -4,6 +4,7 @@ the ``openai`` client raises the matching exception class. No failing request re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import httpx
 import openai
@@ -103,6 +104,23 @@ def test_a_prompt_over_the_limit_is_400_context_length_exceeded(app, engine):
     assert engine.calls == []
 
 
+def test_prompts_and_max_tokens_beyond_the_models_context_are_400(engine, tokenizer):
+    app = make_app(engine, tokenizer, limits=dataclasses.replace(LIMITS, context_length=64))  # prompt limit 1000
+
+    def complete(prompt_length, **fields):
+        return post(app, "/v1/completions", json={"model": MODEL, "prompt": [1] * prompt_length, **fields})
+
+    error = error_of(complete(64), 400)  # no room left for one generated token
+    assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+    assert "at most 63 (rollout.prompt_length, clamped to the model's 64-token context)" in error["message"]
+    error = error_of(complete(40, max_tokens=30), 400)
+    assert error["code"] == "context_length_exceeded" and error["param"] == "max_tokens"
+    assert "at most 24" in error["message"]
+    assert engine.calls == []
+    assert complete(63).status_code == 200 and complete(40, max_tokens=24).status_code == 200
+    assert [call[2]["max_tokens"] for call in engine.calls] == [1, 24]  # an absent max_tokens fills the room left
+
+
 def test_a_body_over_the_limit_is_413(app, engine):
     big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * LIMITS.max_request_bytes}]}
     error = error_of(post(app, "/v1/chat/completions", json=big), 413)
@@ -155,12 +173,38 @@ def test_an_engine_failure_is_500(tokenizer):
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"seed": 2**63}, "seed"),  # beyond int64: the engine's generator cannot take it
+        ({"seed": -(2**63) - 1}, "seed"),
+        (
+            {
+                "tools": [
+                    {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}
+                ]
+            },
+            "tools.0.function.parameters",
+        ),  # not a JSON Schema: required must be an array
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "strnig"}}}]},
+            "tools.0.function.parameters",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
+            "tools.0.function.parameters",
+        ),  # a schema, but not of an object
     ],
 )
 def test_unsupported_or_out_of_range_fields_are_400(app, engine, request_fields, param):
     error = client_error(app, **request_fields)
     assert isinstance(error, openai.BadRequestError) and error.body["param"] == param
     assert engine.calls == []
+
+
+def test_an_invalid_tool_schema_is_named_with_where_it_is_wrong(app):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}
+    error = client_error(app, tools=[tool])
+    assert error.body["message"] == (
+        "'tools.0.function.parameters': not a valid JSON Schema (at required): 'x' is not of type 'array'"
+    )
 
 
 def test_completions_refuse_alternatives_and_out_of_vocabulary_ids(app, engine, tokenizer):

@@ -28,7 +28,15 @@ def _env() -> dict[str, str]:
 
 def test_missing_model_path_and_bad_keys_are_config_errors(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "hybridrl.serve", "server.max_n=0", f"hydra.run.dir={tmp_path}"],
+        [
+            sys.executable,
+            "-m",
+            "hybridrl.serve",
+            "server.max_n=0",
+            "server.max_inflight_sequences=0",
+            "server.shutdown_timeout_s=-1",
+            f"hydra.run.dir={tmp_path}",
+        ],
         cwd=tmp_path,
         env=_env(),
         capture_output=True,
@@ -37,6 +45,8 @@ def test_missing_model_path_and_bad_keys_are_config_errors(tmp_path):
     )
     assert result.returncode == 1
     assert "model.path: is required" in result.stderr and "server.max_n: must be >= 1" in result.stderr
+    assert "server.max_inflight_sequences: must be >= 1" in result.stderr
+    assert "server.shutdown_timeout_s: must be >= 0" in result.stderr
     result = subprocess.run(
         [sys.executable, "-m", "hybridrl.serve", "server.prot=1"],
         cwd=tmp_path,

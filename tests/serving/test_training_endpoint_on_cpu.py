@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from config_testlib import compose_config
@@ -165,6 +166,7 @@ def _loop(config, tokenizer, servers):
 
 AGENT = '''
 import asyncio
+import time
 
 async def rollout(client, row):
     kind = row["extra_info"]["kind"]
@@ -172,6 +174,8 @@ async def rollout(client, row):
         raise RuntimeError("agent bug")
     if kind == "hang":
         await asyncio.sleep(3600)
+    if kind == "block":  # a synchronous sleep inside async def: blocks the loop it runs on
+        time.sleep(3)
     if kind == "bad":
         return "not a number"
     reply = await client.chat.completions.create(model="any", messages=list(row["raw_prompt"]))
@@ -195,4 +199,36 @@ def test_openai_agent_scores_its_trajectory_and_survives_bad_agents(tokenizer, t
         assert sample.response_logprobs == [-0.25] * len(sample.response_ids)
     else:
         assert sample.metrics.counters[counter] == 1 and sample.metrics.counters["failed_trajectories"] == 1
+        assert "trajectory_blocked" not in sample.metrics.counters  # awaiting (hang) is not blocking
         assert sample.response_mask == [0] and sample.extra_fields["reward_scores"] == {0: 0.0}
+
+
+def test_a_blocking_rollout_function_stalls_only_its_own_trajectory(tokenizer, tiny_model_dir, tmp_path, caplog):
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    config = _config(tiny_model_dir, f"actor_rollout_ref.rollout.agent.custom_rollout_function.path={agent}",
+                     "actor_rollout_ref.rollout.agent.custom_rollout_function.timeout_s=1")
+    servers = ScriptedServers(tokenizer, ["#### 84"])
+
+    def row(kind):
+        return {"raw_prompt": [{"role": "user", "content": "what is 12 times 7"}], "extra_info": {"kind": kind}}
+
+    async def batch():
+        loop = _loop(config, tokenizer, servers)
+        await loop.run({"temperature": 1.0}, **row("ok"))  # warm-up: the endpoint starts, the agent is imported
+        start = time.monotonic()
+        kinds = ["block", "ok", "raise", "ok"]  # as AgentLoopWorker runs a batch: concurrent tasks on one loop
+        outputs = await asyncio.gather(*(loop.run({"temperature": 1.0, "seed": i}, **row(kind))
+                                         for i, kind in enumerate(kinds)))
+        return [sample for (sample,) in outputs], time.monotonic() - start
+
+    samples, elapsed = asyncio.run(batch())
+    counters = [sample.metrics.counters for sample in samples]
+    assert counters[0]["trajectory_timeouts"] == 1 and counters[0]["trajectory_blocked"] == 1
+    assert counters[2] == {"trajectory_errors": 1, "completions": 0, "failed_trajectories": 1}  # not a timeout
+    for ok in (1, 3):  # answered at once, scored, not timed out by the blocked one
+        assert counters[ok] == {"completions": 1, "samples": 1}
+        assert list(samples[ok].extra_fields["reward_scores"].values()) == [1.0]
+    assert elapsed < 2.5  # the batch waits for the blocked trajectory's timeout_s=1, not for its 3 s sleep
+    blocked = [r.getMessage() for r in caplog.records if "blocked its event loop" in r.getMessage()]
+    assert len(blocked) == 1 and f"rollout ({agent}:5)" in blocked[0]

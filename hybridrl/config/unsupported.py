@@ -201,6 +201,7 @@ _VERL_09_LACKED: tuple[Unsupported, ...] = (
     _lacked("*.megatron.forward_only", _MEGATRON_09),
     _lacked("*.megatron.dtype", _MEGATRON_09),
     _lacked("*.megatron.mbridge_config", _MEGATRON_09),
+    _lacked("*.checkpoint.mbridge_config", _MEGATRON_09),
 )
 # fmt: on
 
@@ -238,8 +239,32 @@ UNSUPPORTED: dict[str, tuple[Unsupported, ...]] = {
 # fmt: on
 
 
-# verl 0.9 keys hybridrl reads with verl 0.9's meaning (key: where).
+# verl 0.9 keys hybridrl reads with verl 0.9's meaning (key or fnmatch pattern: where).
 READ_AS_IS: dict[str, str] = {
+    "algorithm.rollout_correction.*": "rollout correction (trainer/ppo/rollout_corr_*, docs/rollout-correction.md)",
+    "trainer.use_v1": "accepted, one trainer (the async modes are trainer.v1.trainer_mode)",
+    "trainer.v1.*": "the async trainer modes (docs/async-training.md)",
+    "algorithm.filter_groups.*": "DAPO dynamic sampling (recipes/dapo)",
+    "actor_rollout_ref.rollout.seed": "the rollout's sampling seed (+ rank)",
+    "actor_rollout_ref.rollout.nnodes": "the rollout's own pool (separate_async)",
+    "actor_rollout_ref.rollout.n_gpus_per_node": "the rollout's own pool (separate_async)",
+    "actor_rollout_ref.rollout.agent.default_agent_loop": "the agent loop of rows without agent_name",
+    "actor_rollout_ref.rollout.multi_turn.function_tool_path": "tools from plain Python functions",
+    "critic.enable": "the critic on or off (null: from the estimator)",
+    "*.optim.betas": "AdamW's betas",
+    "critic.optim.lr_warmup_steps": "the critic's warm-up steps",
+    "actor_rollout_ref.actor.loss_scale_factor": "the constant normaliser of seq-mean-token-sum-norm",
+    "data.gen_batch_size": "prompts per generation batch (null or unset: train_batch_size)",
+    "data.seed": "the training sampler's seed",
+    "reward_model.enable_resource_pool": "from reward.reward_model.* (utils/config_aliases.py)",
+    "reward_model.n_gpus_per_node": "from reward.reward_model.* (utils/config_aliases.py)",
+    "reward_model.nnodes": "from reward.reward_model.* (utils/config_aliases.py)",
+    "*.profiler.all_ranks": "only read with profiler.enable, which is refused",
+    "*.profiler.ranks": "only read with profiler.enable, which is refused",
+    "*.megatron.override_ddp_config": "megatron-core DistributedDataParallelConfig overrides (workers/megatron/engine.py)",
+    "*.megatron.override_transformer_config.*": "megatron-core TransformerConfig overrides (workers/megatron/model.py)",
+    "actor_rollout_ref.ref.megatron.grad_offload": "no effect: the reference has no gradients (as in verl)",
+    "actor_rollout_ref.ref.megatron.optimizer_offload": "no effect: the reference has no optimizer (as in verl)",
     "model_engine": "the Hydra group: ppo_trainer.yaml or ppo_megatron_trainer.yaml (config.overrides)",
     "data.apply_chat_template_kwargs": "agent loops render prompts with them (experimental/agent_loop)",
     "actor_rollout_ref.model.tokenizer_path": "the workers load the tokenizer from it (else model.path)",

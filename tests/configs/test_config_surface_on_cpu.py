@@ -122,7 +122,9 @@ def _cli(value: object) -> str:
     """A Hydra override value that composes back to ``value`` (interpolations quoted)."""
     if isinstance(value, str):
         return "'" + value.replace("'", "\\'") + "'"
-    return "null" if value is None else str(value).replace("'", "") if not isinstance(value, bool) else str(value).lower()
+    return (
+        "null" if value is None else str(value).replace("'", "") if not isinstance(value, bool) else str(value).lower()
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in CONFIG_NAMES if n not in TRAINERS])

@@ -62,10 +62,14 @@ def _lacked(pattern: str, capability: str, fix: str = "leave it at its default")
 
 def _slower(pattern: str, what: str) -> Unsupported:
     """A verl 0.9 speed, memory or monitoring knob hybridrl has no counterpart for: warned about when set."""
-    return Unsupported(pattern, NON_DEFAULT, "warn", f"{what} is not implemented in hybridrl; the run goes on without it.")
+    return Unsupported(
+        pattern, NON_DEFAULT, "warn", f"{what} is not implemented in hybridrl; the run goes on without it."
+    )
 
 
-_ACTOR_LEVEL = "hybridrl reads the actor-level key (actor_rollout_ref.actor.<name>, critic.<name>): set that one instead"
+_ACTOR_LEVEL = (
+    "hybridrl reads the actor-level key (actor_rollout_ref.actor.<name>, critic.<name>): set that one instead"
+)
 _NEW_ENGINE = "This setting of verl 0.9's new FSDP engine (hybridrl's FSDP engine takes verl 0.5's fsdp_config keys)"
 _REWARD_LOOP = "a served reward model or reward loop (reward.reward_model.rollout, verl 0.9's reward workers)"
 _OPTIMIZER = "another optimizer than torch AdamW (optim.optimizer, optimizer_impl, override_optimizer_config)"
@@ -325,7 +329,11 @@ def _raw(plain: dict, key: str) -> Any:
 
 
 def _tree_name(plain: dict, config_name: str) -> str:
-    return "ppo_megatron_trainer" if config_name == "ppo_trainer" and plain.get("model_engine") == "megatron" else config_name
+    return (
+        "ppo_megatron_trainer"
+        if config_name == "ppo_trainer" and plain.get("model_engine") == "megatron"
+        else config_name
+    )
 
 
 @functools.cache

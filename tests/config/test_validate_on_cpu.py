@@ -87,7 +87,7 @@ CASES = [
         "actor_rollout_ref.rollout.val_kwargs.do_sample",
         "temperature",
     ),
-    (["actor_rollout_ref.rollout.mode=async"], "data.return_raw_chat", "data.return_raw_chat=True"),
+    (["actor_rollout_ref.rollout.mode=async", "data.return_raw_chat=False"], "data.return_raw_chat", "data.return_raw_chat=True"),
     (["actor_rollout_ref.rollout.mode=server"], "actor_rollout_ref.rollout.mode", "('sync', 'async')"),
     (
         ["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.name=vllm",

@@ -116,7 +116,7 @@ CASES = [
         "'middle'",
     ),
     (
-        ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2"],
+        ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2", "critic.model.use_remove_padding=False"],
         "critic.ulysses_sequence_parallel_size",
         "critic.model.use_remove_padding=True",
     ),
@@ -141,7 +141,7 @@ CASES = [
         "use_kl_loss=True",
     ),
     (
-        ["actor_rollout_ref.rollout.multi_turn.enable=True"],
+        ["actor_rollout_ref.rollout.multi_turn.enable=True", "actor_rollout_ref.rollout.mode=sync"],
         "actor_rollout_ref.rollout.multi_turn.enable",
         "rollout.mode=async",
     ),

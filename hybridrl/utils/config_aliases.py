@@ -42,9 +42,9 @@ ALIASES: tuple[Alias, ...] = (
     Alias("reward.reward_model.nnodes", "reward_model.nnodes"),
     Alias("reward.reward_model.model_path", "reward_model.model.path"),
     # a sequence-parallel size of 1 is "not set": verl 0.9 copies the old key only when it is > 1
-    Alias(f"{_ACTOR}.fsdp_config.ulysses_sequence_parallel_size", f"{_ACTOR}.ulysses_sequence_parallel_size", 1),
-    Alias(f"{_REF}.fsdp_config.ulysses_sequence_parallel_size", f"{_REF}.ulysses_sequence_parallel_size", 1),
-    Alias("critic.fsdp.ulysses_sequence_parallel_size", "critic.ulysses_sequence_parallel_size", 1),
+    Alias(f"{_ACTOR}.fsdp_config.ulysses_sequence_parallel_size", f"{_ACTOR}.ulysses_sequence_parallel_size", unset=1),
+    Alias(f"{_REF}.fsdp_config.ulysses_sequence_parallel_size", f"{_REF}.ulysses_sequence_parallel_size", unset=1),
+    Alias("critic.fsdp.ulysses_sequence_parallel_size", "critic.ulysses_sequence_parallel_size", unset=1),
     Alias(f"{_ACTOR}.optim.lr_scheduler_type", f"{_ACTOR}.optim.warmup_style"),
     Alias("critic.optim.lr_scheduler_type", "critic.optim.warmup_style"),
     Alias("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),

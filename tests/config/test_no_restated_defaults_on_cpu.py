@@ -30,6 +30,12 @@ NOT_CONFIG_READS = {
     # JSON schemas of the tools a request offers (OpenAI's function-calling format), not config sections
     ("generation/tool_formats/argument_values.py", "type"): "a tool parameter's JSON-schema type (string if unset)",
     ("generation/tool_formats/parser.py", "type"): "a tool schema's type (OpenAI's default: function)",
+    # verl 0.9's model.lora.dropout is a YAML leaf of that name; this reads an attention call's keyword arguments
+    ("models/transformers/ulysses_attention.py", "dropout"): "flash-attention keyword arguments, not a config",
+    ("models/transformers/varlen_attention.py", "dropout"): "attention keyword arguments, not a config",
+    # rollout.engine_kwargs is a section; the YAML leaf of that name is verl 0.9's checkpoint_engine.engine_kwargs
+    ("workers/rollout/sglang_rollout.py", "engine_kwargs"): "the rollout section's engine_kwargs mapping",
+    ("workers/rollout/vllm_rollout.py", "engine_kwargs"): "the rollout section's engine_kwargs mapping",
 }
 # Calls that take a YAML key but write it (not a read with a restated default).
 _SETTERS = {"update", "set", "setdefault"}

@@ -63,7 +63,10 @@ def policy_config(model_dir: str, tp_size: int, *overrides: str, strategy: str =
     ]
     if strategy == "megatron":
         config = compose_config("ppo_megatron_trainer", [
-            *common, f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp_size}"])
+            *common, f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp_size}",
+            # verl 0.5's defaults these tests were written against (verl 0.9: mbridge on, rollout TP 2)
+            "actor_rollout_ref.actor.megatron.use_mbridge=False", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            *overrides])
     else:
         config = compose_config("ppo_trainer", [*common, "actor_rollout_ref.model.enable_gradient_checkpointing=False"])
     return config.actor_rollout_ref

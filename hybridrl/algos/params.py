@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hybridrl.algos.aggregation import GlobalBatchInfo
+if TYPE_CHECKING:  # the config checks read this module's parsers before anything imports torch
+    from hybridrl.algos.aggregation import GlobalBatchInfo
 
 __all__ = ["PolicyLossParams", "config_value", "global_batch_info", "policy_loss_params"]
 
@@ -80,5 +81,7 @@ def policy_loss_params(config: Any, loss_agg_mode: str) -> PolicyLossParams:
 def global_batch_info(config: Any) -> GlobalBatchInfo:
     """``config.global_batch_info`` (verl 0.9's dict: dp_size, batch_num_tokens, global_batch_size,
     loss_scale_factor) as a record; absent or empty: normalise by the micro-batch alone, as verl 0.9 does."""
+    from hybridrl.algos.aggregation import GlobalBatchInfo
+
     info = config_value(config, "global_batch_info") or {}
     return GlobalBatchInfo(**{key: info[key] for key in GlobalBatchInfo.__dataclass_fields__ if key in info})

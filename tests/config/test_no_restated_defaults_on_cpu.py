@@ -27,9 +27,6 @@ NOT_CONFIG_READS = {
     ("workers/engine/fsdp.py", "forward_prefetch"): "SFT's fsdp_config has no forward_prefetch (FSDP1 default off)",
     ("workers/engine/fsdp.py", "reshard_after_forward"): "SFT's fsdp_config has no reshard_after_forward (FSDP2 default)",
     ("workers/engine/fsdp.py", "offload_policy"): "SFT's fsdp_config has no offload_policy (off)",
-    # JSON schemas of the tools a request offers (OpenAI's function-calling format), not config sections
-    ("generation/tool_formats/argument_values.py", "type"): "a tool parameter's JSON-schema type (string if unset)",
-    ("generation/tool_formats/parser.py", "type"): "a tool schema's type (OpenAI's default: function)",
     # verl 0.9's model.lora.dropout is a YAML leaf of that name; this reads an attention call's keyword arguments
     ("models/transformers/ulysses_attention.py", "dropout"): "flash-attention keyword arguments, not a config",
     ("models/transformers/varlen_attention.py", "dropout"): "attention keyword arguments, not a config",

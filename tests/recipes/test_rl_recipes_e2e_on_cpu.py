@@ -68,11 +68,12 @@ def _assert_whitened(steps: list[dict[str, float]]) -> None:
 def check_drgrpo(steps: list[dict[str, float]], vocab_size: int) -> None:
     """No std normalisation: A_i = s_i − mean(group) with s ∈ [0, 1] and n = 4 gives |A| ≤ 0.75, while dividing
     by the group std gives max |A| ≥ √3/2 ≈ 0.87 in any group whose scores differ (Σ z² = n − 1).
-    seq-mean-token-sum-norm: the entropy metric (aggregated with the loss mode) is Σ_i Σ_t H / T, far above the
-    ln(vocab) bound of any per-token mean."""
+    seq-mean-token-sum-norm is verl 0.9's, mean_i(Σ_t H_it) / T: at most the per-token entropy, so bounded by
+    ln(vocab) like token-mean (under verl 0.5's Σ_i Σ_t H / T it was far above); its scale is checked by hand in
+    tests/algos/test_aggregation_on_cpu.py."""
     assert all(_max_abs_advantage(s) <= 0.75 + 1e-6 for s in steps), [_max_abs_advantage(s) for s in steps]
     assert any(_max_abs_advantage(s) > 0 for s in steps)
-    assert steps[0]["actor/entropy"] > math.log(vocab_size), steps[0]["actor/entropy"]
+    assert 0 < steps[0]["actor/entropy"] <= math.log(vocab_size) + 1e-4, steps[0]["actor/entropy"]
     _assert_no_kl(steps)
 
 

@@ -40,7 +40,7 @@ def typed_value(raw: str, schema: dict[str, Any] | None) -> Any:
         return None
     if schema is None:
         return raw
-    kind = str(schema.get("type", "string")).strip().lower()
+    kind = str(schema["type"] if "type" in schema else "string").strip().lower()  # JSON schema: untyped = string
     if kind in _STRING_TYPES:
         return raw
     if kind.startswith(_INTEGER_PREFIXES):

@@ -111,7 +111,8 @@ def _functions(tools: ToolSchemas) -> list[dict[str, Any]]:
     functions = []
     for tool in tools or []:
         schema = tool.model_dump(exclude_none=True) if isinstance(tool, OpenAIFunctionToolSchema) else tool
-        if schema.get("type", "function") == "function" and (schema.get("function") or {}).get("name"):
+        is_function = "type" not in schema or schema["type"] == "function"  # OpenAI: an untyped tool is a function
+        if is_function and (schema.get("function") or {}).get("name"):
             functions.append(schema["function"])
     return functions
 

@@ -293,8 +293,9 @@ def check_unsupported(config: DictConfig, config_name: str = "ppo_trainer") -> l
     """
     problems: list[ConfigProblem] = []
     plain = to_plain(config)
+    context = _DefaultsInContext(plain)
     for row in UNSUPPORTED.get(config_name, ()):
-        for key, value in _active_values(row, config, plain, config_name):
+        for key, value in _active_values(row, config, plain, config_name, context):
             if row.severity == "error":
                 problems.append(ConfigProblem(key, f"{value!r} is not supported yet.", row.note))
             else:
@@ -302,7 +303,9 @@ def check_unsupported(config: DictConfig, config_name: str = "ppo_trainer") -> l
     return problems
 
 
-def _active_values(row: Unsupported, config: DictConfig, plain: dict, config_name: str) -> list[tuple[str, Any]]:
+def _active_values(
+    row: Unsupported, config: DictConfig, plain: dict, config_name: str, context: _DefaultsInContext
+) -> list[tuple[str, Any]]:
     """(key, value) of every key the row covers whose value makes it active."""
     if row.active is not NON_DEFAULT:
         value = get(config, row.key)
@@ -311,9 +314,33 @@ def _active_values(row: Unsupported, config: DictConfig, plain: dict, config_nam
     active = []
     for key in _matching(row.key, tuple(defaults)):
         value = _raw(plain, key)
-        if value is not _ABSENT and value != defaults[key]:
+        if value is not _ABSENT and value != defaults[key] and not context.resolves_to(key, defaults[key], value):
             active.append((key, value))
     return active
+
+
+class _DefaultsInContext:
+    """Whether an interpolated default (``${oc.select:...}``) gives a value in the user's tree.
+
+    A resolved tree (``main_ppo.complete_config`` resolves the Megatron file's) holds the value of each such
+    default, not its ``${...}`` text: that value is still the default. The tree is built once, on first need."""
+
+    def __init__(self, plain: dict) -> None:
+        self._plain = plain
+        self._tree: DictConfig | None = None
+
+    def resolves_to(self, key: str, default: Any, value: Any) -> bool:
+        if not (isinstance(default, str) and "${" in default):
+            return False
+        from omegaconf import OmegaConf
+
+        if self._tree is None:
+            self._tree = OmegaConf.create(self._plain)
+        OmegaConf.update(self._tree, key, default)
+        try:
+            return OmegaConf.select(self._tree, key, throw_on_resolution_failure=False) == value
+        finally:
+            OmegaConf.update(self._tree, key, value)  # later keys resolve against the user's values
 
 
 _ABSENT = object()

@@ -17,6 +17,7 @@ from hybridrl.config import ConfigError, allowed_additions, compose_config, prep
 from hybridrl.config.errors import ConfigWarning
 from hybridrl.config.loading import flatten_keys, to_plain
 from hybridrl.config.unsupported import READ_AS_IS, UNSUPPORTED, check_unsupported
+from hybridrl.trainer.main_ppo import complete_config
 from hybridrl.utils.config_aliases import ALIASES
 from hybridrl.utils.config_defaults import with_defaults
 from hybridrl.utils.config_files import load_config
@@ -77,9 +78,12 @@ def test_a_speed_knob_hybridrl_lacks_warns_and_the_megatron_tree_has_its_own_def
     with pytest.warns(ConfigWarning, match="bucket size for the weight transfer"):
         assert check_unsupported(compose_config("ppo_trainer", [f"{key}=512"])) == []
     megatron = with_defaults(compose_config("ppo_megatron_trainer", []))
+    # main_ppo runs the Megatron tree resolved: an interpolated default (`${oc.select:...}`) arrives as its value
+    resolved = complete_config(compose_config("ppo_megatron_trainer", ["actor_rollout_ref.rollout.name=hf"]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert check_unsupported(megatron) == []  # every row at the Megatron file's own defaults
+        assert check_unsupported(resolved) == []
 
 
 def test_every_key_verl_09_added_is_refused_aliased_or_read():

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.config.access import get
 from hybridrl.config.errors import ConfigProblem, warn_once
@@ -332,8 +332,6 @@ class _DefaultsInContext:
     def resolves_to(self, key: str, default: Any, value: Any) -> bool:
         if not (isinstance(default, str) and "${" in default):
             return False
-        from omegaconf import OmegaConf
-
         if self._tree is None:
             self._tree = OmegaConf.create(self._plain)
         OmegaConf.update(self._tree, key, default)

@@ -11,9 +11,11 @@ cd "$(dirname "$0")/.."
 START=$(date +%s)
 # Let Python cache bytecode in the quickstart's venv as it does by default: with PYTHONDONTWRITEBYTECODE set (some
 # machines set it globally) every process recompiles torch, transformers and Ray on import (~3 s each, 6+ processes),
-# and compiling the whole venv up front instead costs ~35 s (docs/performance.md).
+# and compiling the whole venv up front instead costs ~35 s
+# (benchmarks/results/2026-12-05-perf-from-nothing-in-11-minutes-the-conversion-bytecode.md).
 unset PYTHONDONTWRITEBYTECODE
-HYBRIDRL_INSTALLER="${HYBRIDRL_INSTALLER:-uv}" bash scripts/setup_env.sh  # uv: faster than pip (docs/performance.md)
+# uv: faster than pip (benchmarks/results/2026-12-05-perf-twelve-response-tokens-one-micro-batch-uv.md)
+HYBRIDRL_INSTALLER="${HYBRIDRL_INSTALLER:-uv}" bash scripts/setup_env.sh
 VENV="${HYBRIDRL_VENV:-.venv}"
 echo "[quickstart] environment ready in $(( $(date +%s) - START )) s"
 PYTHON="$VENV/bin/python" QUICKSTART_START="$START" bash examples/quickstart/run_quickstart.sh "$@"

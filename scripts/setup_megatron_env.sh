@@ -25,11 +25,15 @@ fi
 "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/pip"
 "$PIP" install -q --upgrade pip
-"$PIP" install -q "$TORCH_PIN"
-"$PIP" install -q -c "$PIN_FILE" "megatron-core>=0.16,<0.17" "transformers==4.57.6" safetensors einops
-"$PIP" install -q --no-deps "mbridge==0.15.1"
-# hybridrl itself (editable) plus its runtime deps, without moving torch or transformers.
-"$PIP" install -q -e "$ROOT" --no-deps
-"$PIP" install -q -c "$PIN_FILE" "ray[default]>=2.40" "hydra-core>=1.3" "omegaconf>=2.3" pyarrow pandas \
-  "tensordict>=0.10" torchdata tqdm tokenizers psutil pytest pytest-timeout
+# One resolve for every pinned dependency (megatron-core's, transformers', hybridrl's runtime ones), then the two
+# --no-deps installs: mbridge and hybridrl itself (editable), without moving torch or transformers. --no-compile:
+# the tests import a small part of these packages, which Python compiles on first import and caches; but where
+# PYTHONDONTWRITEBYTECODE is set (CI machines) nothing would ever be cached and every process would compile torch & co.
+# again, so there the install compiles up front.
+compile_flag=(--no-compile)
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then compile_flag=(); fi
+"$PIP" install -q "${compile_flag[@]}" -c "$PIN_FILE" "$TORCH_PIN" "megatron-core>=0.16,<0.17" "transformers==4.57.6" \
+  safetensors einops "ray[default]>=2.40" "hydra-core>=1.3" "omegaconf>=2.3" pyarrow pandas "tensordict>=0.10" \
+  torchdata tqdm tokenizers psutil pytest pytest-timeout
+"$PIP" install -q "${compile_flag[@]}" --no-deps "mbridge==0.15.1" -e "$ROOT"
 "$VENV/bin/python" -c "import torch, megatron.core, mbridge, transformers; print('megatron-core', megatron.core.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -2,7 +2,8 @@
 
 - its name ends ``_on_cpu.py`` (needs no GPU) or ``_on_gpu.py`` (needs a CUDA GPU);
 - an ``_on_gpu.py`` file carries the ``gpu`` marker, an ``_on_cpu.py`` file never does (nor a CUDA skip);
-- a test that needs vLLM carries the ``vllm`` marker (test.sh's vLLM stage runs every file using it, one by one);
+- a test that needs vLLM carries the ``vllm`` marker (test.sh's vLLM stage runs every file using it, all in
+  one pytest process, and fails if one of them ran no test);
 - a test that needs megatron-core lies under tests/megatron, whose conftest marks it ``megatron``
   (the Megatron stage runs that folder); nothing outside it is marked ``megatron``.
 
@@ -17,7 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
-from marked_files import collected_test_files, files_marked, markers
+from marked_files import collected_test_files, files_marked, files_without_tests, markers
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -37,8 +38,10 @@ def _needs(package: str) -> re.Pattern[str]:
 
 NEEDS_VLLM = _needs("vllm")
 NEEDS_MEGATRON = _needs("megatron")
-# scripts/test.sh's vLLM stage runs every file this lists (the markers read from the source, as here)
+# scripts/test.sh's vLLM stage runs every file this lists (the markers read from the source, as here), then checks
+# that each of them ran a test
 VLLM_SELECTION = "tests/marked_files.py vllm"
+VLLM_RAN_CHECK = "tests/marked_files.py --check-junit"
 
 
 def imports_top_level(source: str, package: str) -> bool:
@@ -135,8 +138,20 @@ def test_the_check_accepts_the_scheme(tmp_path, monkeypatch):
     assert layout_problems(paths) == []
 
 
-def test_test_sh_runs_the_vllm_marked_files_one_by_one():
-    assert VLLM_SELECTION in TEST_SH.read_text()
+def test_test_sh_runs_every_vllm_marked_file_and_checks_each_ran_a_test():
+    assert VLLM_SELECTION in TEST_SH.read_text() and VLLM_RAN_CHECK in TEST_SH.read_text()
+
+
+def test_a_file_with_no_test_case_in_the_junit_report_is_reported(tmp_path):
+    report = tmp_path / "report.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.serving.test_a_on_cpu" name="test_x" />'
+        '<testcase classname="tests.trainer.test_b_on_cpu.TestGroup" name="test_y"><skipped /></testcase>'
+        "</testsuite></testsuites>"
+    )
+    files = ["tests/serving/test_a_on_cpu.py", "tests/trainer/test_b_on_cpu.py", "tests/trainer/test_b_on_cpu_more.py"]
+    assert files_without_tests(str(report), files) == ["tests/trainer/test_b_on_cpu_more.py"]
 
 
 def test_a_marker_named_in_a_string_does_not_mark_the_file(tmp_path):

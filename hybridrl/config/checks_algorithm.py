@@ -70,8 +70,10 @@ def _check_estimator_inputs(config: DictConfig, estimator: object, problems: lis
                 "set algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]' (your keys).",
             )
         )
+    if estimator not in SUM_PI_SQUARED_ESTIMATORS:
+        return
     key = f"{ACTOR}.calculate_sum_pi_squared"
-    if estimator in SUM_PI_SQUARED_ESTIMATORS and not get(config, key):
+    if not get(config, key):
         problems.append(
             ConfigProblem(
                 key,
@@ -79,6 +81,19 @@ def _check_estimator_inputs(config: DictConfig, estimator: object, problems: lis
                 f"set {key}=True.",
             )
         )
+    # Σπ² comes from the old-log-prob forward; these settings skip that forward
+    for skip_key, skip_value in (
+        (f"{ACTOR}.recompute_old_log_prob", False),
+        ("algorithm.rollout_correction.bypass_mode", True),
+    ):
+        if get(config, skip_key) is skip_value:
+            problems.append(
+                ConfigProblem(
+                    skip_key,
+                    f"{estimator} needs Σπ² from the actor's old-log-prob forward, which {skip_key}={skip_value} skips.",
+                    f"set {skip_key}={not skip_value}, or pick another algorithm.adv_estimator.",
+                )
+            )
 
 
 def _check_dro_beta(config: DictConfig, problems: list[ConfigProblem]) -> None:

@@ -5,7 +5,8 @@ and gives it back with ``munmap`` on free. PyTorch on CPU has no caching allocat
 tensors (logits, FSDP's gathered parameters, the embedding gradient) are zero-filled pages faulted in again
 every time: on the reference 2-core VM, one SmolLM2 GRPO update spent a quarter of its CPU time in the kernel
 (4.4 M page faults). tcmalloc keeps freed memory for reuse (the update 2.0x faster there); glibc with a high
-mmap and trim threshold recovers part of it without installing anything (docs/performance.md, "Host allocator").
+mmap and trim threshold recovers part of it without installing anything
+(benchmarks/results/2026-12-05-perf-host-allocator.md).
 
 ``HYBRIDRL_CPU_ALLOCATOR``:
 

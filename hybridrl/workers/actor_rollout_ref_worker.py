@@ -6,7 +6,8 @@ RPC surface: DataProto in → actor / rollout / ref call → DataProto out.
 
     generate_sequences   prompts                      → responses, input_ids, ... (rollout handle)
                          (``generate_sequences_nonblocking``: the same, enqueued; the async trainer modes)
-    compute_log_prob     input_ids, responses, ...    → old_log_probs, entropys
+    compute_log_prob     input_ids, responses, ...    → old_log_probs, entropys (+ sum_pi_squared with
+                                                        actor.calculate_sum_pi_squared)
     compute_ref_log_prob input_ids, responses, ...    → ref_log_prob
     update_actor         + advantages, old_log_probs  → meta_info["metrics"]
 """
@@ -224,15 +225,19 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """``old_log_probs [B, R]`` and ``entropys [B, R]`` under the current actor (rollout.log_prob_* sizes)."""
+        """``old_log_probs [B, R]`` and ``entropys [B, R]`` under the current actor (rollout.log_prob_* sizes), and
+        with ``actor.calculate_sum_pi_squared`` ``sum_pi_squared [B, R]`` (Σ_v π(v)² per token, verl 0.9's key)."""
         if not self._is_actor:
             raise RuntimeError(f"compute_log_prob needs an actor role; this worker has role={self.role!r}.")
         data = self.ulysses.preprocess_data(data.to(current_device()))
         with self._actor_on_device(with_optimizer=False):
-            log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+            outputs = self.actor.compute_token_outputs(
+                data, calculate_entropy=True, calculate_sum_pi_squared=bool(self.config.actor.calculate_sum_pi_squared)
+            )
         self._reshard_fsdp1_root()
+        tensors = {"old_log_probs": outputs.pop("log_probs"), **outputs}  # + entropys (+ sum_pi_squared)
         output = DataProto.from_dict(
-            tensors={"old_log_probs": log_probs, "entropys": entropys},
+            tensors=tensors,
             meta_info={"temperature": self.config.rollout.temperature},
         )
         return self.ulysses.postprocess_data(output).to("cpu")

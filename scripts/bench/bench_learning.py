@@ -107,7 +107,8 @@ def tiny_model(work: Path) -> str:
 
 # verl 0.9's estimators, on the RLOO recipe's script (critic-free, rollout.n=4, KL in the reward) with the estimator
 # swapped; the recipes' margins. gdpo normalises the digit reward's two components (score, acc) one by one. The
-# optimal-token-baseline pair waits for the actor's Σπ² (actor_rollout_ref.actor.calculate_sum_pi_squared).
+# optimal-token-baseline pair (with actor_rollout_ref.actor.calculate_sum_pi_squared=True, which makes the actor's
+# log-prob pass return Σπ²) is not measured here yet.
 ESTIMATOR_OVERRIDES = {
     "grpo_vectorized": ["algorithm.adv_estimator=grpo_vectorized"],
     "rloo_vectorized": ["algorithm.adv_estimator=rloo_vectorized"],

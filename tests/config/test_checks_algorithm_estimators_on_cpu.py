@@ -39,3 +39,17 @@ def test_token_baseline_needs_sum_pi_squared_from_the_actor(cpu_overrides, estim
     problems = _problems(cpu_overrides, f"algorithm.adv_estimator={estimator}")
     assert [p.key for p in problems] == [SUM_PI_SQUARED]
     assert f"{SUM_PI_SQUARED}=True" in problems[0].fix
+    # with the flag the config composes (the key is in the shipped YAML, verl 0.9's name)
+    assert _problems(cpu_overrides, f"algorithm.adv_estimator={estimator}", f"{SUM_PI_SQUARED}=True") == []
+
+
+@pytest.mark.parametrize(
+    "skip", ["actor_rollout_ref.actor.recompute_old_log_prob=False", "algorithm.rollout_correction.bypass_mode=True"]
+)
+def test_token_baseline_refuses_settings_that_skip_the_old_log_prob_forward(cpu_overrides, skip):
+    problems = _problems(
+        cpu_overrides, "algorithm.adv_estimator=optimal_token_baseline", f"{SUM_PI_SQUARED}=True", skip
+    )
+    skip_key = skip.split("=")[0]
+    expected = f"optimal_token_baseline needs Σπ² from the actor's old-log-prob forward, which {skip} skips."
+    assert expected in [p.message for p in problems if p.key == skip_key]

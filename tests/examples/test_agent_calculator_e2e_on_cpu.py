@@ -29,13 +29,9 @@ def _load(name: str):
 
 
 @pytest.mark.slow
-def test_two_grpo_steps_with_the_calculator_tool_log_finite_reward_and_tool_metrics(tmp_path):
+def test_two_grpo_steps_with_the_calculator_tool_log_finite_reward_and_tool_metrics(calculator_model_dir, tmp_path):
     _load("prepare_data").prepare(tmp_path / "data", seed=0, train_size=16, test_size=8, sft_size=8, tool_fraction=0.5)
-    build_model = _load("build_model")
-    small = build_model.TinyModelSpec(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, tokenizer_vocab_size=384)
-    model_dir = build_model.build_model(tmp_path / "model", small)
-    env = {**os.environ, "STEPS": "2", "TEST_FREQ": "2", "MODEL": str(model_dir), "NAME": "smoke",
+    env = {**os.environ, "STEPS": "2", "TEST_FREQ": "2", "MODEL": str(calculator_model_dir), "NAME": "smoke",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     overrides = ["data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",

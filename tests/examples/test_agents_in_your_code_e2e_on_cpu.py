@@ -28,14 +28,10 @@ def _load(path: Path, name: str):
 
 
 @pytest.mark.slow
-def test_two_grpo_steps_of_the_openai_agent_log_finite_reward_and_completions(tmp_path):
+def test_two_grpo_steps_of_the_openai_agent_log_finite_reward_and_completions(calculator_model_dir, tmp_path):
     _load(TASK / "prepare_data.py", "agent_calculator_prepare_data").prepare(
         tmp_path / "data", seed=0, train_size=8, test_size=4, sft_size=4, tool_fraction=0.5)
-    build_model = _load(TASK / "build_model.py", "agent_calculator_build_model")
-    small = build_model.TinyModelSpec(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, tokenizer_vocab_size=384)
-    model_dir = build_model.build_model(tmp_path / "model", small)
-    env = {**os.environ, "STEPS": "2", "TEST_FREQ": "2", "MODEL": str(model_dir), "NAME": "smoke",
+    env = {**os.environ, "STEPS": "2", "TEST_FREQ": "2", "MODEL": str(calculator_model_dir), "NAME": "smoke",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     overrides = ["data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",

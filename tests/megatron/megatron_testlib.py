@@ -1,4 +1,5 @@
-"""Run a function on N spawned gloo ranks (each a fresh process: megatron-core's parallel state is global)."""
+"""Run a function on N gloo ranks, each a fresh process (megatron-core's parallel state is global), plus the
+configs and batches the Megatron tests share."""
 
 from __future__ import annotations
 
@@ -33,19 +34,58 @@ def _child(rank: int, world_size: int, port: int, fn: Callable[..., dict], args:
         dist.destroy_process_group()
 
 
+# Imported once by the forkserver, the clean process the ranks are forked from: each rank then starts with torch,
+# transformers, megatron-core and the workers loaded instead of importing them again (4-8 s per rank on 2 cores).
+# The server itself never runs a torch op or a process group, so each fork is as fresh as a spawned process.
+_RANK_PRELOAD = (
+    "torch", "torch.distributed", "transformers", "megatron.core", "hybridrl.workers.megatron.worker",
+    "hybridrl.workers.megatron.critic_worker", "hybridrl.workers.megatron.reward_model_worker",
+    "hybridrl.workers.fsdp_workers", "hybridrl.workers.critic_worker", "hybridrl.workers.reward_model_worker",
+)
+
+
 def run_ranks(fn: Callable[..., dict], world_size: int, out_dir: Path, *args: Any) -> list[dict]:
-    """``fn(rank, *args)`` on ``world_size`` spawned gloo processes; returns each rank's dict of tensors/floats."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_child, args=(world_size, free_port(), fn, args, str(out_dir)), nprocs=world_size, join=True)
-    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
+    """``fn(rank, *args)`` on ``world_size`` fresh gloo processes (forked from a forkserver that preloaded
+    ``_RANK_PRELOAD``); returns each rank's dict of tensors/floats."""
+    return run_rank_groups((fn, world_size, out_dir, *args))[0]
+
+
+def run_rank_groups(*groups: tuple) -> list[list[dict]]:
+    """Several independent :func:`run_ranks` launches ``(fn, world_size, out_dir, *args)`` at the same time, each
+    its own gloo world on its own port: a 1-rank launch beside another keeps the second core busy. Returns each
+    group's list of rank results, in order; a failing rank fails the call (its traceback in the error) and the
+    other groups' processes are stopped."""
+    mp.get_context("forkserver").set_forkserver_preload(list(_RANK_PRELOAD))
+    ports: list[int] = []
+    while len(ports) < len(groups):
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    contexts = []
+    try:
+        for (fn, world_size, out_dir, *args), port in zip(groups, ports):
+            out_dir.mkdir(parents=True, exist_ok=True)
+            contexts.append(mp.start_processes(_child, args=(world_size, port, fn, tuple(args), str(out_dir)),
+                                               nprocs=world_size, join=False, start_method="forkserver"))
+        for context in contexts:
+            while not context.join():
+                pass
+    finally:
+        for process in (process for context in contexts for process in context.processes):
+            if process.is_alive():
+                process.terminate()
+                process.join()
+    return [[torch.load(out_dir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
+            for _fn, world_size, out_dir, *_args in groups]
 
 
 def run_fsdp2_tp1_tp2(fn: Callable[..., dict], out_dir: Path, model_dir: str) -> tuple[dict, dict, list[dict]]:
     """``fn(rank, model_dir, tp_size, strategy)`` as the FSDP2 worker (1 rank), Megatron TP=1 (1 rank) and Megatron
-    TP=2 (2 ranks); returns ``(fsdp2, tp1, [tp2 rank 0, tp2 rank 1])``."""
-    fsdp = run_ranks(fn, 1, out_dir / "fsdp", model_dir, 1, "fsdp2")[0]
-    tp1 = run_ranks(fn, 1, out_dir / "tp1", model_dir, 1, "megatron")[0]
-    return fsdp, tp1, run_ranks(fn, 2, out_dir / "tp2", model_dir, 2, "megatron")
+    TP=2 (2 ranks), the three launches at once; returns ``(fsdp2, tp1, [tp2 rank 0, tp2 rank 1])``."""
+    fsdp, tp1, tp2 = run_rank_groups((fn, 1, out_dir / "fsdp", model_dir, 1, "fsdp2"),
+                                     (fn, 1, out_dir / "tp1", model_dir, 1, "megatron"),
+                                     (fn, 2, out_dir / "tp2", model_dir, 2, "megatron"))
+    return fsdp[0], tp1[0], tp2
 
 
 def policy_config(model_dir: str, tp_size: int, *overrides: str, strategy: str = "megatron") -> Any:
@@ -115,6 +155,12 @@ def greedy_prompts(seed: int) -> Any:
 
 def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
     """log π(response token) ``[B, R]`` under the HF model, padded layout."""
+    logits = hf_response_logits(model_dir, data)
+    return torch.log_softmax(logits, dim=-1).gather(-1, data.batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def hf_response_logits(model_dir: str, data) -> torch.Tensor:
+    """The HF model's float32 logits that score the response tokens ``[B, R, V]``, padded layout."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
@@ -123,7 +169,7 @@ def hf_response_log_probs(model_dir: str, data) -> torch.Tensor:
     with torch.no_grad():
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        position_ids=batch["position_ids"]).logits[:, -response_len - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+    return logits.float()
 
 
 def critic_config(model_dir: str, tp_size: int, strategy: str, *overrides: str):

@@ -6,7 +6,8 @@ the tiny GQA Qwen2 (4 query / 2 KV heads), 2 steps:
     GRPO   TP=2 (one data-parallel rank: both TP ranks get the same slice), the reference inside the policy worker;
            a checkpoint per step, resume from step 1 (step 2 reproduced), model_merger --backend megatron
     PPO    TP=1, DP=2, with the Megatron critic (critic.strategy=megatron) colocated with the actor; checkpoint of
-           both at step 2
+           both at step 2. The same run is the baseline of the dist-checkpoint run: its step 1 again with the actor,
+           the reference and the critic trunk loaded from a megatron-core dist checkpoint (the same weights).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import pytest
 
 from tests.trainer.conftest import arithmetic_data_dir  # noqa: F401 - the fixture, shared with the FSDP e2e tests
-from tests.trainer.e2e import failure_report, grpo_args, ppo_overrides, read_metrics, run_main_ppo, run_module
+from tests.trainer.e2e import failure_report, grpo_args, ppo_overrides, read_metrics, run_main_ppo
 
 pytestmark = pytest.mark.slow
 
@@ -72,11 +73,12 @@ def test_grpo_megatron_tp2_checkpoint_resume_and_merge(tiny_gqa_qwen2_dir, arith
                  "critic/score/mean", "response_length/mean"):  # same weights, optimizer, RNG and data: same step
         assert run_b[2][name] == run_a[2][name], name  # fp32 on CPU, same kernels in the same order: bit-exact
 
+    # the merger in this process (its CLI entry is run by tests/trainer's FSDP merges): no second interpreter start
+    from hybridrl import model_merger
+
     hf_dir = tmp_path / "merged"
-    merged = run_module("hybridrl.model_merger", ["merge", "--backend", "megatron", "--local_dir",
-                                                  f"{ckpt}/global_step_2/actor", "--target_dir", str(hf_dir)],
-                        str(tmp_path / "unused.jsonl"), timeout=300)
-    assert merged.returncode == 0, failure_report(merged)
+    model_merger.main(["merge", "--backend", "megatron", "--local_dir", f"{ckpt}/global_step_2/actor",
+                       "--target_dir", str(hf_dir)])
     _assert_trained_hf_folder(tiny_gqa_qwen2_dir, str(hf_dir))
 
 
@@ -111,16 +113,32 @@ def _assert_trained_hf_folder(initial_dir: str, merged_dir: str) -> None:
     assert len(changed) > len(initial) // 2, changed  # two Adam steps at lr 1e-3 move (almost) every tensor
 
 
-def test_ppo_megatron_critic_dp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path):  # noqa: F811
-    ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
-    ppo = {**ppo_overrides(tiny_gqa_qwen2_dir), "trainer.test_freq": -1, "trainer.val_before_train": False,
-           "trainer.save_freq": 2}
-    args = megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, ckpt, tp_size=1, **ppo)
-    proc = run_main_ppo(args, metrics_file)
+_DIST_CKPT_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+
+
+def _ppo_dp2_args(model_dir: str, data_dir: str, ckpt: str, **overrides: object) -> list[str]:
+    """PPO at TP=1, DP=2, the Megatron critic colocated, KL in the reward, no validation."""
+    ppo = {**ppo_overrides(model_dir), "trainer.test_freq": -1, "trainer.val_before_train": False, **overrides}
+    return megatron_grpo_args(model_dir, data_dir, ckpt, tp_size=1, **ppo)
+
+
+@pytest.fixture(scope="module")
+def ppo_dp2_run(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path_factory):  # noqa: F811
+    """One PPO run (2 steps, a checkpoint of both roles at step 2), every role converted from the HF folder: its
+    checks are test_ppo_megatron_critic_dp2_end_to_end's, and its step 1 is the dist-checkpoint test's baseline
+    (that test once made this same step-1 run itself). Returns ``(stdout, metrics, checkpoint folder)``."""
+    root = tmp_path_factory.mktemp("megatron_ppo_dp2")
+    metrics_file = str(root / "metrics.jsonl")
+    proc = run_main_ppo(_ppo_dp2_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, str(root / "ckpt"),
+                                      **{"trainer.save_freq": 2}), metrics_file)
     assert proc.returncode == 0, failure_report(proc)
-    assert "world 2 / TP·PP·CP 1" in proc.stdout  # dp 2: 8 samples per step, 4 per rank
-    assert "[trainer] global_pool: actor_rollout_ref, critic on 2 rank(s)" in proc.stdout, proc.stdout[-3000:]
-    metrics = read_metrics(metrics_file)
+    return proc.stdout, read_metrics(metrics_file), root / "ckpt"
+
+
+def test_ppo_megatron_critic_dp2_end_to_end(ppo_dp2_run):
+    stdout, metrics, ckpt = ppo_dp2_run
+    assert "world 2 / TP·PP·CP 1" in stdout  # dp 2: 8 samples per step, 4 per rank
+    assert "[trainer] global_pool: actor_rollout_ref, critic on 2 rank(s)" in stdout, stdout[-3000:]
     assert sorted(metrics) == [1, 2]
     for step in (1, 2):
         for name in ("critic/vf_loss", "critic/values/mean", "critic/vf_explained_var", "critic/returns/mean",
@@ -131,5 +149,28 @@ def test_ppo_megatron_critic_dp2_end_to_end(tiny_gqa_qwen2_dir, arithmetic_data_
     # step 1's update has moved it
     assert abs(metrics[1]["actor/reward_kl_penalty"]) < 1e-6 < abs(metrics[2]["actor/reward_kl_penalty"])
     for role in ("actor", "critic"):  # both Megatron roles wrote a complete per-rank checkpoint at step 2
-        folder = tmp_path / "ckpt" / "global_step_2" / role
+        folder = ckpt / "global_step_2" / role
         assert (folder / "megatron_checkpoint.json").is_file() and (folder / "checkpoint_complete.json").is_file()
+
+
+def test_main_ppo_with_every_role_from_the_dist_checkpoint(ppo_dp2_run, tiny_gqa_qwen2_dir, arithmetic_data_dir,  # noqa: F811
+                                                           dist_ckpt_dir, tmp_path):
+    """``main_ppo`` PPO step 1 (TP=1, DP=2, Megatron critic colocated, KL in the reward) with the actor, the reference
+    and the critic trunk from the dist checkpoint (the converter CLI's, tests/megatron/conftest.py) equals the same
+    step with every role converted from the HF folder (:func:`ppo_dp2_run`'s step 1: the LR is constant, so the
+    run's length does not change step 1)."""
+    hf_stdout, hf_metrics, _ckpt = ppo_dp2_run
+    dist = {f"{section}.megatron.{key}": value for section in _DIST_CKPT_SECTIONS
+            for key, value in (("use_dist_checkpointing", True), ("dist_checkpointing_path", dist_ckpt_dir))}
+    proc = run_main_ppo(_ppo_dp2_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, str(tmp_path / "dist"),
+                                      **{"trainer.total_training_steps": 1}, **dist), str(tmp_path / "dist.jsonl"))
+    assert proc.returncode == 0, failure_report(proc)
+    metrics = {"hf": hf_metrics[1], "dist": read_metrics(str(tmp_path / "dist.jsonl"))[1]}
+    for name, stdout in (("hf", hf_stdout), ("dist", proc.stdout)):
+        loaded = [section for section in _DIST_CKPT_SECTIONS
+                  if f"[megatron] {section}.megatron.dist_checkpointing_path: " in stdout]
+        assert loaded == ([] if name == "hf" else list(_DIST_CKPT_SECTIONS)), name
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/reward_kl_penalty", "critic/vf_loss", "critic/values/mean",
+                "critic/grad_norm", "critic/score/mean", "response_length/mean"):
+        print(f"{key}: hf {metrics['hf'][key]}, dist {metrics['dist'][key]}")
+        assert metrics["dist"][key] == metrics["hf"][key], key  # same weights, same kernels: bit-exact

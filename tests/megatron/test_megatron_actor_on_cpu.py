@@ -10,7 +10,7 @@ update (measured: 4.8e-7 before, 9.5e-7 after, TP=1 and TP=2 alike), the update'
 from __future__ import annotations
 
 import torch
-from megatron_testlib import greedy_prompts, policy_batch, policy_config, run_ranks
+from megatron_testlib import greedy_prompts, policy_batch, policy_config, run_fsdp2_tp1_tp2
 
 LOG_PROB_TOLERANCE = 1e-5
 UPDATED_LOG_PROB_TOLERANCE = 1e-5
@@ -41,9 +41,7 @@ def _log_probs_update_probe(rank: int, model_dir: str, tp_size: int, strategy: s
 
 
 def test_megatron_tp2_and_tp1_equal_fsdp2(tmp_path, tiny_gqa_qwen2_dir):
-    fsdp = run_ranks(_log_probs_update_probe, 1, tmp_path / "fsdp", tiny_gqa_qwen2_dir, 1, "fsdp2")[0]
-    tp1 = run_ranks(_log_probs_update_probe, 1, tmp_path / "tp1", tiny_gqa_qwen2_dir, 1, "megatron")[0]
-    tp2 = run_ranks(_log_probs_update_probe, 2, tmp_path / "tp2", tiny_gqa_qwen2_dir, 2, "megatron")
+    fsdp, tp1, tp2 = run_fsdp2_tp1_tp2(_log_probs_update_probe, tmp_path, tiny_gqa_qwen2_dir)
     mask = policy_batch(seed=1).batch["response_mask"].bool()
     probe_mask = policy_batch(seed=2).batch["response_mask"].bool()
     for megatron in (tp1, *tp2):

@@ -2,7 +2,9 @@
 
 bf16 parameters make megatron-core keep fp32 main copies: ``Float16OptimizerWithFloat16Params`` (whole copies) or
 ``DistributedOptimizer`` (this DP rank's shard). One rank, TP=1, the tiny Qwen2: step → save (model, optimizer,
-extra) → step → weights W2; a second model + optimizer: load → step → weights must equal W2 bit for bit.
+extra) → step → weights W2; a second model + optimizer: load → step → weights must equal W2 bit for bit. Both
+optimizers run one after the other in the same rank process (one start, one megatron-core grid: they differ only
+in ``use_distributed_optimizer``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def _train_step(model, handle, seed: int) -> None:
     handle.step()
 
 
-def _bf16_resume(rank: int, model_dir: str, ckpt: str, distributed: bool) -> dict:
+def _bf16_resume(model_dir: str, ckpt: str, distributed: bool) -> dict:
     from config_testlib import compose_section
     from omegaconf import OmegaConf
     from transformers import AutoConfig
@@ -54,14 +56,28 @@ def _bf16_resume(rank: int, model_dir: str, ckpt: str, distributed: bool) -> dic
             "dtype": str(next(first.gpt.parameters()).dtype)}
 
 
+def _bf16_resumes(rank: int, model_dir: str, root: str) -> dict:
+    """:func:`_bf16_resume` without, then with the distributed optimizer, each saving to its own folder."""
+    return {f"{distributed}/{key}": value for distributed in (False, True)
+            for key, value in _bf16_resume(model_dir, f"{root}/{distributed}/ckpt", distributed).items()}
+
+
 def _max_diff(first, second) -> float:
     diffs = [(a.float() - b.float()).abs().max() for a, b in zip(first.gpt.parameters(), second.gpt.parameters())]
     return float(torch.stack(diffs).max())
 
 
+@pytest.fixture(scope="module")
+def bf16_resumes(tmp_path_factory, tiny_gqa_qwen2_dir) -> dict:
+    """Both optimizers' resume results from one rank process (keys ``"<distributed>/<result>"``)."""
+    root = tmp_path_factory.mktemp("bf16_resume")
+    return run_ranks(_bf16_resumes, 1, root / "out", tiny_gqa_qwen2_dir, str(root))[0]
+
+
 @pytest.mark.parametrize("distributed", [False, True], ids=["float16_optimizer", "distributed_optimizer"])
-def test_bf16_optimizer_state_resumes_exactly(tmp_path, tiny_gqa_qwen2_dir, distributed):
-    result = run_ranks(_bf16_resume, 1, tmp_path / "out", tiny_gqa_qwen2_dir, str(tmp_path / "ckpt"), distributed)[0]
+def test_bf16_optimizer_state_resumes_exactly(bf16_resumes, distributed):
+    result = {key.split("/", 1)[1]: value for key, value in bf16_resumes.items()
+              if key.startswith(f"{distributed}/")}
     print(f"{result['optimizer']} ({result['dtype']}): resumed vs uninterrupted weights max diff {result['max_diff']}"
           f" (control, main copies from the bf16 weights: {result['control']:.1e})")
     assert result["dtype"] == "torch.bfloat16"

@@ -3,7 +3,9 @@ process, TP=1) → the Megatron policy worker at TP=2 (2 gloo ranks) loads its a
 
 The worker's reference is built from the HF folder (``ref.megatron.use_dist_checkpointing=False``), so the two
 models of one worker compare the two load paths: parameters and log-probs equal (measured 0.0; tolerance 0), and
-both within 1e-5 of the HF model's log-probs. Refusals name the key; planted pickles are never unpickled.
+both within 1e-5 of the HF model's log-probs. Refusals name the key; planted pickles are never unpickled. The
+converter's checkpoint is ``dist_ckpt_dir`` (tests/megatron/conftest.py, shared with the main_ppo run that loads
+every role from it: test_main_ppo_megatron_e2e_on_cpu.py).
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,7 @@ import torch
 from megatron_testlib import hf_response_log_probs, policy_batch, policy_config, run_ranks
 
 from hybridrl.workers.megatron.dist_checkpoint import DistCheckpointError, check_dist_checkpoint, read_dcp_metadata
-from tests.trainer.conftest import arithmetic_data_dir  # noqa: F401 - the fixture, shared with the e2e tests
 
-REPO = Path(__file__).resolve().parents[2]
 ACTOR_KEY = "actor_rollout_ref.actor.megatron.dist_checkpointing_path"
 HF_LOG_PROB_TOLERANCE = 1e-5
 
@@ -35,21 +33,6 @@ class _Payload:
 
     def __reduce__(self):
         return (open, (self.marker, "w"))
-
-
-@pytest.fixture(scope="module")
-def dist_ckpt_dir(tmp_path_factory, tiny_gqa_qwen2_dir) -> str:
-    """The converter CLI's checkpoint of the tiny GQA Qwen2 (``--test``: loaded back bit-equal)."""
-    out = tmp_path_factory.mktemp("mcore") / "tiny_gqa_qwen2_mcore"
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "hybridrl.workers.megatron.converter_hf_to_mcore", "--hf_model_path",
-         tiny_gqa_qwen2_dir, "--output_path", str(out), "--test"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "parameters loaded back bit-equal" in result.stdout
-    return str(out)
 
 
 def _copy_with(src: str, dst: Path, name: str, payload: object) -> str:
@@ -153,32 +136,3 @@ def test_refusals_name_the_key_and_never_unpickle(tmp_path, dist_ckpt_dir):
     # the genuine index reads through the allow-list: every tensor of the 2-layer model, layers stacked
     metadata = read_dcp_metadata(dist_ckpt_dir)
     assert tuple(metadata.state_dict_metadata["decoder.layers.self_attention.linear_qkv.weight"].size)[0] == 2
-
-
-@pytest.mark.slow
-def test_main_ppo_with_every_role_from_the_dist_checkpoint(tiny_gqa_qwen2_dir, arithmetic_data_dir, tmp_path,  # noqa: F811
-                                                           dist_ckpt_dir):
-    """``main_ppo`` PPO step 1 (TP=1, DP=2, Megatron critic colocated, KL in the reward) with the actor, the reference
-    and the critic trunk from the dist checkpoint equals the same step with every role converted from the HF folder."""
-    from test_main_ppo_megatron_e2e_on_cpu import megatron_grpo_args
-
-    from tests.trainer.e2e import failure_report, ppo_overrides, read_metrics, run_main_ppo
-
-    base = {**ppo_overrides(tiny_gqa_qwen2_dir), "trainer.test_freq": -1, "trainer.val_before_train": False,
-            "trainer.total_training_steps": 1}
-    dist = {f"{section}.megatron.{key}": value for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref",
-                                                                "critic")
-            for key, value in (("use_dist_checkpointing", True), ("dist_checkpointing_path", dist_ckpt_dir))}
-    metrics = {}
-    for name, overrides in (("hf", base), ("dist", {**base, **dist})):
-        args = megatron_grpo_args(tiny_gqa_qwen2_dir, arithmetic_data_dir, str(tmp_path / name), tp_size=1, **overrides)
-        proc = run_main_ppo(args, str(tmp_path / f"{name}.jsonl"))
-        assert proc.returncode == 0, failure_report(proc)
-        loaded = [section for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
-                  if f"[megatron] {section}.megatron.dist_checkpointing_path: " in proc.stdout]
-        assert loaded == ([] if name == "hf" else ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"])
-        metrics[name] = read_metrics(str(tmp_path / f"{name}.jsonl"))[1]
-    for key in ("actor/pg_loss", "actor/grad_norm", "actor/reward_kl_penalty", "critic/vf_loss", "critic/values/mean",
-                "critic/grad_norm", "critic/score/mean", "response_length/mean"):
-        print(f"{key}: hf {metrics['hf'][key]}, dist {metrics['dist'][key]}")
-        assert metrics["dist"][key] == metrics["hf"][key], key  # same weights, same kernels: bit-exact

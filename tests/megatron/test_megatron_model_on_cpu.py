@@ -8,7 +8,7 @@ the TP split reorders the sums); the export is exact (0.0).
 from __future__ import annotations
 
 import torch
-from megatron_testlib import megatron_section, run_ranks
+from megatron_testlib import megatron_section, run_rank_groups
 
 LOGIT_TOLERANCE = 1e-5
 
@@ -61,8 +61,8 @@ def _all_cases(rank: int, model_dirs: list[str], tp_size: int) -> dict:
 def test_logits_equal_hf_at_tp1_and_tp2_and_export_round_trips(tmp_path, tiny_gqa_qwen2_dir, tiny_gqa_llama_dir):
     # tied Qwen2 with QKV bias, untied Llama; built-in converter and mbridge
     model_dirs = [tiny_gqa_qwen2_dir, tiny_gqa_llama_dir]
-    tp1 = run_ranks(_all_cases, 1, tmp_path / "tp1", model_dirs, 1)[0]
-    tp2 = run_ranks(_all_cases, 2, tmp_path / "tp2", model_dirs, 2)
+    [tp1], tp2 = run_rank_groups((_all_cases, 1, tmp_path / "tp1", model_dirs, 1),
+                                 (_all_cases, 2, tmp_path / "tp2", model_dirs, 2))
     assert len(tp1) == 4
     for case, result in [*tp1.items(), *tp2[0].items(), *tp2[1].items()]:
         assert result["logit_diff"] < LOGIT_TOLERANCE, case

@@ -2,7 +2,7 @@
 
 Through megatron-core's 1F1B schedule over gloo p2p (CPU patch P5): the tiny tied Qwen2 (2 layers: one per stage;
 the embedding on stage 0, the final norm and the tied output layer on stage 1). Sequence on each run: log-probs
-(and entropies) of a batch → one PPO update (1 mini-batch of 4, 2 micro-batches, Adam, lr 1e-3, clip 1.0, weight
+(and entropies, and Σπ² with ``actor.calculate_sum_pi_squared``) of a batch → one PPO update (1 mini-batch of 4, 2 micro-batches, Adam, lr 1e-3, clip 1.0, weight
 decay 0) → log-probs of a probe batch → reference log-probs → the hf rollout synced from the actor (weights gathered
 over PP) and greedy decoding (checkpoints at PP=2: test_megatron_pipeline_checkpoint_on_cpu.py). Tolerances (fp32): 1e-5 absolute on log-probs, 1e-5 relative on the update's metrics.
 """
@@ -10,7 +10,7 @@ over PP) and greedy decoding (checkpoints at PP=2: test_megatron_pipeline_checkp
 from __future__ import annotations
 
 import torch
-from megatron_testlib import greedy_prompts, hf_response_log_probs, policy_batch, policy_config, run_ranks
+from megatron_testlib import greedy_prompts, hf_response_logits, policy_batch, policy_config, run_rank_groups
 
 TOLERANCE = 1e-5
 _METRICS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm")
@@ -19,7 +19,8 @@ _METRICS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_no
 def _pipeline_run(rank: int, model_dir: str, out_dir: str, pp_size: int, *overrides: str) -> dict:
     from hybridrl.workers.megatron.worker import MegatronActorRolloutRefWorker
 
-    config = policy_config(model_dir, 1, "actor_rollout_ref.rollout.response_length=4", *overrides,
+    config = policy_config(model_dir, 1, "actor_rollout_ref.rollout.response_length=4",
+                           "actor_rollout_ref.actor.calculate_sum_pi_squared=True", *overrides,
                            f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={pp_size}",
                            f"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size={pp_size}")
     worker = MegatronActorRolloutRefWorker(config, role="actor_rollout_ref")
@@ -36,7 +37,8 @@ def _pipeline_run(rank: int, model_dir: str, out_dir: str, pp_size: int, *overri
     gpt = worker.actor_model.gpt  # this stage's part of the model
     stage = {"layers": len(gpt.decoder.layers), "embedding": int(hasattr(gpt, "embedding")),
              "output_layer": int(hasattr(gpt, "output_layer"))}
-    return {**stage, "before": before, "entropys": scored["entropys"], "after": after, "ref": ref,
+    return {**stage, "before": before, "entropys": scored["entropys"], "sum_pi_squared": scored["sum_pi_squared"],
+            "after": after, "ref": ref,
             "responses": generated.batch["responses"], "synced": sync["rollout/weight_sync_tensors"],
             "verified": sync["rollout/weight_sync_verified_tensors"],
             **{key: float(metrics[key][0]) for key in _METRICS}}
@@ -59,11 +61,13 @@ def test_pp2_equals_pp1_and_hf_on_packed_rows(tmp_path, tiny_gqa_llama_dir):
 
 
 def _compare_pp2_with_pp1_and_hf(tmp_path, model_dir: str, *overrides: str) -> None:
-    pp1 = run_ranks(_pipeline_run, 1, tmp_path / "pp1", model_dir, str(tmp_path / "pp1"), 1, *overrides)[0]
-    pp2 = run_ranks(_pipeline_run, 2, tmp_path / "pp2", model_dir, str(tmp_path / "pp2"), 2, *overrides)
+    [pp1], pp2 = run_rank_groups((_pipeline_run, 1, tmp_path / "pp1", model_dir, str(tmp_path / "pp1"), 1, *overrides),
+                                 (_pipeline_run, 2, tmp_path / "pp2", model_dir, str(tmp_path / "pp2"), 2, *overrides))
     mask = policy_batch(seed=1).batch["response_mask"].bool()
     probe_mask = policy_batch(seed=2).batch["response_mask"].bool()
-    hf = hf_response_log_probs(model_dir, policy_batch(seed=1))
+    hf_logits = hf_response_logits(model_dir, policy_batch(seed=1))  # [B, R, V]
+    hf = torch.log_softmax(hf_logits, dim=-1).gather(-1, policy_batch(seed=1).batch["responses"].unsqueeze(-1))[..., 0]
+    hf_sum_pi_squared = torch.softmax(hf_logits, dim=-1).pow(2).sum(-1)  # Σ_v π(v)² at rollout.temperature = 1
     # the model is split: one decoder layer per stage, the embedding on stage 0, the output layer on stage 1
     assert [(r["layers"], r["embedding"], r["output_layer"]) for r in pp2] == [(1, 1, 0), (1, 0, 1)]
     assert (pp1["layers"], pp1["embedding"], pp1["output_layer"]) == (2, 1, 1)
@@ -71,6 +75,8 @@ def _compare_pp2_with_pp1_and_hf(tmp_path, model_dir: str, *overrides: str) -> N
         diffs = {"before vs PP=1": _max_diff(run["before"], pp1["before"], mask),
                  "before vs HF": _max_diff(run["before"], hf, mask),
                  "entropy vs PP=1": _max_diff(run["entropys"], pp1["entropys"], mask),
+                 "Σπ² vs PP=1": _max_diff(run["sum_pi_squared"], pp1["sum_pi_squared"], mask),
+                 "Σπ² vs HF": _max_diff(run["sum_pi_squared"], hf_sum_pi_squared, mask),
                  "after update vs PP=1": _max_diff(run["after"], pp1["after"], probe_mask),
                  "reference vs initial": _max_diff(run["ref"], run["before"], mask)}
         print(f"PP=2 stage {stage}: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))

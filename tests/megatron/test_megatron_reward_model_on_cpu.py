@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from megatron_testlib import policy_batch, run_ranks
+from megatron_testlib import policy_batch, run_rank_groups
 
 SCORE_TOLERANCE = 1e-5
 
@@ -65,8 +65,9 @@ def _rm_scores(rank: int, model_dir: str, tp_size: int, strategy: str) -> dict:
 
 
 def test_megatron_rm_tp2_equals_fsdp2(tmp_path, tiny_rm_dir):
-    fsdp = run_ranks(_rm_scores, 1, tmp_path / "fsdp", tiny_rm_dir, 1, "fsdp2")[0]["scores"]
-    tp2 = run_ranks(_rm_scores, 2, tmp_path / "tp2", tiny_rm_dir, 2, "megatron")
+    [fsdp], tp2 = run_rank_groups((_rm_scores, 1, tmp_path / "fsdp", tiny_rm_dir, 1, "fsdp2"),
+                                  (_rm_scores, 2, tmp_path / "tp2", tiny_rm_dir, 2, "megatron"))
+    fsdp = fsdp["scores"]
     response_mask = policy_batch(seed=1).batch["response_mask"]
     last = response_mask.sum(-1) - 1  # every row has a valid response token
     rows = torch.arange(len(last))

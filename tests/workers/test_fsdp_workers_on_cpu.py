@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -69,6 +70,54 @@ def test_compute_log_prob_matches_hf_and_ref(actor_worker, tiny_model_dir):
     torch.testing.assert_close(ref.batch["ref_log_prob"][mask], expected[mask], rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="actor role"):
         ref_worker.update_actor(ppo_batch())
+
+
+def test_sum_pi_squared_from_compute_log_prob_feeds_the_token_baseline(actor_worker, tiny_model_dir):
+    """With actor.calculate_sum_pi_squared the log-prob pass adds sum_pi_squared [B, R] (Σ_v π(v)² per response
+    token), the driver's old_log_prob stage carries it into the batch and the advantage stage computes OTB from it."""
+    from hybridrl.trainer.ppo import core_algos, stages
+
+    config = ppo_config(
+        tiny_model_dir,
+        "algorithm.adv_estimator=optimal_token_baseline",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.calculate_sum_pi_squared=True",
+    )
+    settings = stages.StepSettings.from_config(config, SimpleNamespace(eos_token_id=2, pad_token_id=0))
+    data = ppo_batch()
+    data.pop(batch_keys=["old_log_probs"])
+    data.non_tensor_batch["uid"] = np.array(["a", "a", "b", "b"], dtype=object)
+    mask = data.batch["response_mask"]
+    last = mask.sum(-1) - 1  # score 1 on the last response token of rows 0 and 2
+    data.batch["token_level_scores"] = torch.zeros(4, RESPONSE_LEN).index_put_(
+        (torch.arange(4), last), torch.tensor([1.0, 0.0, 1.0, 0.0])
+    )
+    actor_config = actor_worker.config.actor  # the module's worker: the flag on for this pass only
+    actor_config.calculate_sum_pi_squared = True
+    try:
+        batch, _ = stages.old_log_prob(data, actor_worker, settings)
+    finally:
+        actor_config.calculate_sum_pi_squared = False
+    sum_pi_squared = batch.batch["sum_pi_squared"]
+    assert sum_pi_squared.shape == (4, RESPONSE_LEN) and sum_pi_squared.dtype == torch.float32
+    with torch.no_grad():  # the worker's current weights at rollout.temperature = 1
+        logits = actor_worker.actor_module(
+            input_ids=data.batch["input_ids"],
+            attention_mask=data.batch["attention_mask"],
+            position_ids=data.batch["position_ids"],
+        ).logits[:, -RESPONSE_LEN - 1 : -1]
+    expected = torch.softmax(logits.float(), dim=-1).pow(2).sum(-1)
+    valid = mask.bool()
+    torch.testing.assert_close(sum_pi_squared[valid], expected[valid], rtol=1e-5, atol=1e-7)
+
+    batch, _ = stages.advantage(batch, settings, None, global_steps=1)
+    rewards, old_log_probs = batch.batch["token_level_rewards"], batch.batch["old_log_probs"]
+    optimal_token_baseline = core_algos.get_adv_estimator_fn("optimal_token_baseline")
+    expected_advantages, _ = optimal_token_baseline(
+        rewards, mask, data.non_tensor_batch["uid"], old_log_probs, sum_pi_squared
+    )
+    torch.testing.assert_close(batch.batch["advantages"], expected_advantages)
+    assert bool(batch.batch["advantages"][valid].abs().gt(0).any())
 
 
 def test_update_actor_returns_verl_metrics_and_changes_log_probs(actor_worker):

@@ -3,7 +3,7 @@
 PyTorch's CPU flash-attention kernel is slow at the shapes of RL updates on small models (hundreds of queries,
 head dim 64): SmolLM2's response pass of 32 rows × 127 queries over 172 keys takes 47 ms forward + backward per
 layer in bf16 and 41 ms in fp32 on 2 cores, this module 40 and 30 ms; at 15 queries over 62 keys 4.1 / 3.7 ms
-against 2.5 / 1.9 (docs/performance.md, "Blocked log-probs and grouped attention in the update"). It computes
+against 2.5 / 1.9 (benchmarks/results/2026-12-05-perf-blocked-log-probs-and-grouped-attention-in-the.md). It computes
 
     S = scale · Q Kᵀ + bias,   P = softmax(S),   O = P V
 

@@ -7,7 +7,7 @@ The actor's loss needs ``log p(y_t)`` at temperature ``τ`` for each scored posi
 materialises ``x`` (``[N, V]`` float32: 800 MB at N = 4064, V = 49 152), and autograd's backward of the four
 ops runs several more whole-tensor passes over ``[N, V]`` buffers (the scatter's zero fill, the softmax, the sum
 of the two gradients, the division, the cast back): memory-bound work that took ~0.8 s of a 7 s bf16 update on
-a 2-core CPU (docs/performance.md, "Blocked log-probs and grouped attention in the update").
+a 2-core CPU (benchmarks/results/2026-12-05-perf-blocked-log-probs-and-grouped-attention-in-the.md).
 :func:`token_logprobs` computes the same values block by block: each block of rows is upcast, scaled, reduced and
 dropped while it is still in cache, and only ``logsumexp [N]`` is kept for backward, which rebuilds each block's
 softmax and writes the gradient of the logits once, in their dtype:
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["token_logprobs"]
+__all__ = ["token_logprobs", "token_sum_pi_squared"]
 
 # elements of one float32 block: 2^20 (4 MiB) keeps a block and its temporaries within a core's L2
 _BLOCK_ELEMENTS = 1 << 20
@@ -48,6 +48,35 @@ def token_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: floa
     flat_logits = logits.reshape(-1, logits.shape[-1])
     flat_labels = labels.reshape(-1, 1).to(torch.int64)
     return _TokenLogProbs.apply(flat_logits, flat_labels, 1.0 / temperature).view(lead_shape)
+
+
+def token_sum_pi_squared(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``Σ_v softmax(logits / temperature)_v²`` in float32, block by block (no ``[N, V]`` float32 copy; no gradient).
+
+    Σ_v π(v)² = exp(logsumexp(2x) − 2·logsumexp(x)) with ``x = logits / temperature``: the optimal token baseline's
+    variance proxy, computed next to :func:`token_logprobs` in the log-prob pass.
+
+    Args:
+        logits: ``[..., V]``, any floating dtype.
+        temperature: the divisor of the logits (``rollout.temperature``), > 0.
+
+    Returns:
+        ``[...]`` float32, in ``[1/V, 1]``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for Σπ², got {temperature}")
+    lead_shape = logits.shape[:-1]
+    flat_logits = logits.detach().reshape(-1, logits.shape[-1])
+    rows, vocab = flat_logits.shape
+    out = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    step = _block_rows(vocab)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        block = _scaled_block(flat_logits, start, stop, 1.0 / temperature)
+        log_normaliser = torch.logsumexp(block, dim=-1)
+        # Σ_v π_v² = Σ_v exp(2 x_v) / (Σ_v exp x_v)²
+        out[start:stop] = torch.exp(torch.logsumexp(block.mul_(2.0), dim=-1) - 2.0 * log_normaliser)
+    return out.view(lead_shape)
 
 
 def _block_rows(vocab: int) -> int:

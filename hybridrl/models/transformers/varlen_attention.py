@@ -3,8 +3,9 @@
 The packed forward (``use_remove_padding``, :mod:`hybridrl.utils.remove_padding`) feeds the model one ``[1, nnz]``
 row whose ``position_ids`` restart at 0 for each sequence. With transformers' ``sdpa`` attention,
 ``masking_utils`` turns that into a dense block-diagonal causal mask of ``nnz × nnz`` and SDPA scores every
-pair, so the attention costs ``nnz²`` instead of ``Σ L_i²`` (docs/performance.md, finding 1). flash-attn's
-varlen kernels avoid that on GPU; on CPU this module does it with plain torch:
+pair, so the attention costs ``nnz²`` instead of ``Σ L_i²`` (finding 1 of
+benchmarks/results/2026-12-06-performance-findings.md). flash-attn's varlen kernels avoid that on GPU; on CPU this
+module does it with plain torch:
 
     mask function ``varlen_mask``: no mask at all when the call has no padding mask and no KV cache
         (a packed row or a single unpadded sequence); otherwise transformers' ``sdpa_mask`` unchanged;
@@ -21,14 +22,15 @@ with a document mask was measured as the alternative: torch 2.13 has no flex-att
 bf16/fp16 calls on CPU with short query blocks (``T ≤ UPCAST_MAX_QUERY``: a short packed sequence, the
 shared-prompt update's response pass, a decode step) run SDPA on float32 copies of query, key and value and cast
 the result back (:func:`sdpa_forward`): PyTorch's CPU flash-attention kernel is 2.5–3.8× slower in bf16 than in
-fp32 at those lengths, forward and backward (docs/performance.md, "Fused AdamW and fp32 attention in the bf16
-update"); longer blocks keep the bf16 kernel, the faster one there. The results are SDPA's in fp32, cast once.
+fp32 at those lengths, forward and backward
+(benchmarks/results/2026-12-05-perf-fused-adamw-and-fp32-attention-in-the-bf16.md); longer blocks keep the bf16
+kernel, the faster one there. The results are SDPA's in fp32, cast once.
 
 CPU calls that will be differentiated (the update's forward), of 2 to ``GROUPED_MAX_QUERY`` queries, run
 :func:`~hybridrl.models.transformers.grouped_attention.grouped_attention` instead, in any dtype: the same
 attention as two batched matmuls per key-value head with a recomputing backward, 1.2-1.9x faster than the flash
-kernel forward + backward at those lengths (docs/performance.md, "Blocked log-probs and grouped attention in the
-update").
+kernel forward + backward at those lengths
+(benchmarks/results/2026-12-05-perf-blocked-log-probs-and-grouped-attention-in-the.md).
 
 Notation:
     B: batch (1 for a packed row), H / Hkv: query / key-value heads, T: tokens, D: head dim,

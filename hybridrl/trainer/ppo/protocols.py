@@ -4,7 +4,7 @@
     ──────────────────────────   ──────────────────────────────────────    ────────────────────────────────────
     stages.generate          ─►  RolloutGroup.generate_sequences           responses [B, R], input_ids [B, P+R]
     stages.reward            ─►  RewardModelGroup.compute_rm_score         rm_scores [B, R]
-    stages.old_log_prob      ─►  ActorRolloutGroup.compute_log_prob        old_log_probs [B, R]
+    stages.old_log_prob      ─►  ActorRolloutGroup.compute_log_prob        old_log_probs [B, R] (+ sum_pi_squared)
     stages.ref_log_prob      ─►  RefGroup.compute_ref_log_prob             ref_log_prob [B, R]
     stages.values            ─►  CriticGroup.compute_values                values [B, R]
     stages.update_critic     ─►  CriticGroup.update_critic                 meta_info["metrics"]

@@ -11,7 +11,8 @@ Batch keys each stage adds (B = samples, P = prompt length, R = response length)
                     (+ rollout_log_probs [B,R]); response_mask [B,R]; ReMax: reward_baselines [B]
     reward          token_level_scores [B,R] (+ rm_scores from a reward model; reward extras per row)
     old_log_prob    old_log_probs [B,R]   (entropy only as the metric actor/entropy; rollout-correction bypass
-                    mode: the rollout_log_probs, no forward)
+                    mode: the rollout_log_probs, no forward); sum_pi_squared [B,R] with
+                    actor.calculate_sum_pi_squared (the optimal-token-baseline estimators read it)
     ref_log_prob    ref_log_prob [B,R]
     values          values [B,R]
     advantage       token_level_rewards, advantages, returns [B,R]; rollout correction (decoupled, after the

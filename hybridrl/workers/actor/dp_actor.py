@@ -46,12 +46,17 @@ from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, 
 from hybridrl.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.config.errors import warn_once
 from hybridrl.config.worker_plan import update_split
-from hybridrl.models.transformers.logprob_fused import token_logprobs
+from hybridrl.models.transformers.logprob_fused import token_logprobs, token_sum_pi_squared
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config_defaults import is_filled, section_with_defaults
 from hybridrl.utils.device import get_device_name
 from hybridrl.utils.py_functional import append_to_dict
-from hybridrl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking, logprobs_from_logits
+from hybridrl.utils.torch_functional import (
+    calculate_sum_pi_squared_from_logits,
+    entropy_from_logits,
+    entropy_from_logits_with_chunking,
+    logprobs_from_logits,
+)
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
@@ -236,11 +241,25 @@ class DataParallelPPOActor(BasePPOActor):
         self, micro_batch: Any, temperature: float, calculate_entropy: bool = False
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Returns ``(entropy [B, R] | None, log_probs [B, R])`` of the response tokens at ``temperature``."""
+        outputs = self._forward_token_outputs(micro_batch, temperature, calculate_entropy)
+        return outputs.get("entropys"), outputs["log_probs"]
+
+    def _forward_token_outputs(
+        self,
+        micro_batch: Any,
+        temperature: float,
+        calculate_entropy: bool = False,
+        calculate_sum_pi_squared: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        """Per response token at ``temperature``, each ``[B, R]``: ``log_probs``, and when asked ``entropys`` and
+        ``sum_pi_squared`` (Σ_v π(v)², the optimal token baseline's input; verl 0.9), from the same logits."""
+        names = ["log_probs"] + ["entropys"] * calculate_entropy + ["sum_pi_squared"] * calculate_sum_pi_squared
 
         def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
             if not calculate_entropy and logits.device.type == "cpu":
-                # fp32 log-softmax in cache-sized blocks, forward and backward: no [N, V] float32 copy
-                return [token_logprobs(logits, next_tokens, temperature)]
+                # fp32 log-softmax (and Σπ²) in cache-sized blocks, forward and backward: no [N, V] float32 copy
+                outputs = [token_logprobs(logits, next_tokens, temperature)]
+                return outputs + [token_sum_pi_squared(logits, temperature)] * calculate_sum_pi_squared
             # fp32 log-softmax under bf16 mixed precision (as verl's fused CE); not in place: logits may be a
             # view needed for backward. A no-op copy-free path for fp32 logits.
             logits = logits.float() / temperature
@@ -250,19 +269,20 @@ class DataParallelPPOActor(BasePPOActor):
                     outputs.append(torch.utils.checkpoint.checkpoint(self._entropy_fn, logits, use_reentrant=False))
                 else:
                     outputs.append(self._entropy_fn(logits))
+            if calculate_sum_pi_squared:
+                outputs.append(calculate_sum_pi_squared_from_logits(logits))
             return outputs
 
         with compute_dtype_context(self.device_name):
             outputs = forward_response(
                 self.actor_module, micro_batch, self.use_remove_padding, token_fn, self.share_prompt_prefix
             )
-        entropy = outputs[1] if calculate_entropy else None
-        return entropy, outputs[0]
+        return dict(zip(names, outputs, strict=True))
 
     def compute_log_prob(
         self, data: DataProto, calculate_entropy: bool = False, micro_batching: ForwardPlan | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of ``responses`` under the current weights, without gradients.
+        """Log-probs (and entropies) of ``responses`` under the current weights, without gradients (verl 0.5's API).
 
         Micro-batches follow ``micro_batching``, else the ``log_prob`` plan given at construction, else (an
         actor built by user code without one) ``data.meta_info``'s ``micro_batch_size``, ``use_dynamic_bsz``
@@ -271,28 +291,39 @@ class DataParallelPPOActor(BasePPOActor):
         Returns:
             ``(log_probs [B, R], entropys [B, R] | None)`` in the input row order.
         """
+        outputs = self.compute_token_outputs(data, calculate_entropy, micro_batching=micro_batching)
+        return outputs["log_probs"], outputs.get("entropys")
+
+    def compute_token_outputs(
+        self,
+        data: DataProto,
+        calculate_entropy: bool = False,
+        calculate_sum_pi_squared: bool = False,
+        micro_batching: ForwardPlan | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`compute_log_prob`'s pass as a dict of ``[B, R]`` tensors in the input row order: ``log_probs``,
+        + ``entropys`` with ``calculate_entropy``, + ``sum_pi_squared`` (Σ_v π(v)² at the same temperature, one
+        micro-batch's logits at a time) with ``calculate_sum_pi_squared``."""
         self.actor_module.eval()
         meta = data.meta_info
         temperature = self._call_temperature(meta)
         batch = data.select(batch_keys=_LOG_PROB_KEYS + _optional_keys(data, ROUTED_EXPERTS_KEY)).batch
         micro_batches, order = self._log_prob_micro_batches(batch, meta, micro_batching)
         with torch.no_grad():
-            log_probs, entropys = self._log_probs_of(micro_batches, temperature, calculate_entropy)
-        log_prob_all = restore_order(torch.cat(log_probs, dim=0), order)
-        entropy_all = restore_order(torch.cat(entropys, dim=0), order) if calculate_entropy else None
-        return log_prob_all, entropy_all
+            outputs = self._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared)
+        return {name: restore_order(values, order) for name, values in outputs.items()}
 
-    def _log_probs_of(self, micro_batches: list, temperature: float,
-                      calculate_entropy: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per micro-batch ``log_probs [b, R]`` and (``calculate_entropy``) ``entropys [b, R]``."""
-        log_probs, entropys = [], []
+    def _token_outputs_of(
+        self, micro_batches: list, temperature: float, calculate_entropy: bool, calculate_sum_pi_squared: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`_forward_token_outputs` over the micro-batches, each output concatenated in their order."""
+        per_micro_batch = []
         for micro_batch in micro_batches:
             with self.moe.forward_context(micro_batch, self.use_remove_padding, training=False):
-                entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
-            log_probs.append(log_prob)
-            if entropy is not None:
-                entropys.append(entropy)
-        return log_probs, entropys
+                per_micro_batch.append(
+                    self._forward_token_outputs(micro_batch, temperature, calculate_entropy, calculate_sum_pi_squared)
+                )
+        return {name: torch.cat([outputs[name] for outputs in per_micro_batch]) for name in per_micro_batch[0]}
 
     # ------------------------------------------------------------------ update
 

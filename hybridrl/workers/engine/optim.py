@@ -54,7 +54,7 @@ def fused_on_cpu(params: list[torch.Tensor]) -> bool:
 
     torch's default on CPU is a Python loop of per-tensor ops (``foreach`` is a CUDA default); the fused kernel
     makes one pass per tensor: 0.08 s against 0.24 s a step for SmolLM2-135M's fp32 weights, 2 threads
-    (docs/performance.md, "Fused AdamW and fp32 attention in the bf16 update"). transformers' Trainer (and so
+    (benchmarks/results/2026-12-05-perf-fused-adamw-and-fp32-attention-in-the-bf16.md). transformers' Trainer (and so
     TRL) uses it by default from torch 2.8 on. Same update up to float rounding
     (tests/workers/engine/test_engine_optim_on_cpu.py).
     """

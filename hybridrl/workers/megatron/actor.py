@@ -78,29 +78,29 @@ class MegatronPPOActor(DataParallelPPOActor):
         _stepped, grad_norm = self.actor_optimizer.step()
         return grad_norm
 
-    def _log_probs_of(self, micro_batches: list, temperature: float,
-                      calculate_entropy: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def _token_outputs_of(self, micro_batches: list, temperature: float, calculate_entropy: bool,
+                          calculate_sum_pi_squared: bool = False) -> dict[str, torch.Tensor]:
         """PP = 1: the actor's loop. PP > 1: one forward-only pipeline pass; the last stage's log-probs (and
-        entropies) ``[B, R]`` broadcast over the pipeline group (returned as one-element lists)."""
+        entropies, Σπ²) ``[B, R]`` broadcast over the pipeline group."""
         if pipeline.pipeline_size() == 1:
-            return super()._log_probs_of(micro_batches, temperature, calculate_entropy)
+            return super()._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared)
+        names = ["log_probs"] + ["entropys"] * calculate_entropy + ["sum_pi_squared"] * calculate_sum_pi_squared
 
         def last_stage(micro_batch: Any, _index: int) -> tuple[torch.Tensor, Any]:
-            entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy)
-            return log_prob.new_zeros(()), (log_prob, entropy)
+            outputs = self._forward_token_outputs(micro_batch, temperature, calculate_entropy,
+                                                  calculate_sum_pi_squared)
+            return outputs["log_probs"].new_zeros(()), outputs
 
         payloads = pipeline.run_pipeline(self.actor_module, micro_batches, self.use_remove_padding, last_stage,
                                          forward_only=True)
         rows = sum(int(micro_batch["responses"].shape[0]) for micro_batch in micro_batches)
         responses = micro_batches[0]["responses"]
         shape, device = (rows, int(responses.shape[1])), responses.device
-        log_probs = pipeline.broadcast_from_last_stage(
-            torch.cat([p[0] for p in payloads]) if payloads else None, shape, device)
-        if not calculate_entropy:
-            return [log_probs], []
-        entropys = pipeline.broadcast_from_last_stage(
-            torch.cat([p[1] for p in payloads]) if payloads else None, shape, device)
-        return [log_probs], [entropys]
+        return {
+            name: pipeline.broadcast_from_last_stage(
+                torch.cat([payload[name] for payload in payloads]) if payloads else None, shape, device)
+            for name in names
+        }
 
     def _dp_size(self) -> int:
         """megatron-core's data-parallel size (without CP: CP ranks hold the same rows)."""

@@ -1,13 +1,16 @@
-"""token_logprobs: the blocked log-prob forward/backward against the unfused torch ops it replaces."""
+"""token_logprobs / token_sum_pi_squared: the blocked log-prob forward/backward and Σπ² against the unfused torch ops
+they replace."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from hybridrl.models.transformers import logprob_fused
-from hybridrl.models.transformers.logprob_fused import token_logprobs
+from hybridrl.models.transformers.logprob_fused import token_logprobs, token_sum_pi_squared
 
 
 def _reference(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -81,3 +84,31 @@ def test_labels_at_the_vocabulary_edges_and_one_row_blocks(monkeypatch):
 def test_non_positive_temperature_is_refused(temperature):
     with pytest.raises(ValueError, match="temperature"):
         token_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), temperature)
+    with pytest.raises(ValueError, match="temperature"):
+        token_sum_pi_squared(torch.zeros(2, 3), temperature)
+
+
+def test_sum_pi_squared_hand_computed(monkeypatch):
+    monkeypatch.setattr(logprob_fused, "_BLOCK_ELEMENTS", 1)  # one row per block
+    # logits (0, ln 3): π = (1/4, 3/4) → Σπ² = 1/16 + 9/16 = 0.625
+    # at τ = 0.5 the logits are (0, 2 ln 3): π = (1/10, 9/10) → Σπ² = 0.01 + 0.81 = 0.82
+    # uniform over 4: Σπ² = 4 · 1/16 = 0.25 at any τ; shifted by 1000: no overflow (exp(2000) would)
+    logits = torch.tensor(
+        [
+            [0.0, math.log(3.0), -math.inf, -math.inf],
+            [1.0, 1.0, 1.0, 1.0],
+            [1000.0, 1000.0 + math.log(3.0), -math.inf, -math.inf],
+        ]
+    )
+    assert token_sum_pi_squared(logits).tolist() == pytest.approx([0.625, 0.25, 0.625], abs=1e-4)
+    assert token_sum_pi_squared(logits, 0.5).tolist() == pytest.approx([0.82, 0.25, 0.82], abs=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sum_pi_squared_equals_the_unfused_softmax(small_blocks, dtype):
+    torch.manual_seed(3)
+    logits = (torch.randn(3, 5, 50) * 4).to(dtype)  # [B, T, V]: 15 rows in blocks of 2
+    out = token_sum_pi_squared(logits, 0.7)
+    expected = torch.softmax(logits.float() / 0.7, dim=-1).pow(2).sum(-1)
+    assert out.shape == (3, 5) and out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)

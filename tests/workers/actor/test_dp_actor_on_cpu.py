@@ -61,6 +61,34 @@ def test_packed_log_probs_and_entropy_equal_padded(causal_lm, make_batch, make_a
     assert bool((ent_pad[mask] > 0).all()) and bool((ent_pad[mask] <= torch.log(torch.tensor(512.0)) + 1e-4).all())
 
 
+# the CPU log-prob pass without entropy runs the blocked helpers (token_logprobs, token_sum_pi_squared); with
+# entropy it runs the unfused float32 ops; packing changes the forward, not the per-token math
+@pytest.mark.parametrize("use_remove_padding, calculate_entropy", [(False, False), (True, True)])
+def test_sum_pi_squared_equals_softmax_squared_at_the_temperature(
+    causal_lm, make_batch, make_actor_config, use_remove_padding, calculate_entropy
+):
+    temperature = 0.7
+    data = _log_prob_meta(make_batch(batch_size=5), micro_batch_size=2, temperature=temperature)  # 3 micro-batches
+    actor = DataParallelPPOActor(make_actor_config(use_remove_padding=use_remove_padding), causal_lm)
+    outputs = actor.compute_token_outputs(data, calculate_entropy, calculate_sum_pi_squared=True)
+    assert set(outputs) == {"log_probs", "sum_pi_squared"} | ({"entropys"} if calculate_entropy else set())
+    with torch.no_grad():
+        batch = data.batch
+        logits = causal_lm(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits[:, -RESPONSE_LEN - 1 : -1]
+    expected = torch.softmax(logits / temperature, dim=-1).pow(2).sum(-1)  # Σ_v π(v)² per response token
+    mask = data.batch["response_mask"].bool()
+    assert outputs["sum_pi_squared"].shape == (5, RESPONSE_LEN) and outputs["sum_pi_squared"].dtype == torch.float32
+    torch.testing.assert_close(outputs["sum_pi_squared"][mask], expected[mask], rtol=1e-5, atol=1e-7)
+    # the extra output leaves the log-probs and entropies as they are; without the flag there is no Σπ²
+    log_probs, entropys = actor.compute_log_prob(data, calculate_entropy)
+    torch.testing.assert_close(outputs["log_probs"], log_probs, rtol=0, atol=0)
+    if calculate_entropy:
+        torch.testing.assert_close(outputs["entropys"], entropys, rtol=0, atol=0)
+    assert "sum_pi_squared" not in actor.compute_token_outputs(data, calculate_entropy)
+
+
 def _update(model, config, data, lr=1e-3):
     """One update_policy call on a copy of ``model``. Returns (updated model, metrics)."""
     model = copy.deepcopy(model)

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.overrides import prepare_cli_argv, prepare_overrides, select_model_engine
+from hybridrl.utils.config_aliases import resolve_aliases
 from hybridrl.utils.config_defaults import with_defaults
 from hybridrl.utils.config_files import config_dir
 
@@ -34,7 +35,8 @@ def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> 
 
     Unknown keys raise :class:`~hybridrl.config.errors.ConfigError` naming the closest valid key. An override of
     verl 0.9's group ``model_engine`` selects the config as in verl (``model_engine=megatron``:
-    ``ppo_megatron_trainer``).
+    ``ppo_megatron_trainer``). verl 0.9's aliases are resolved (:func:`~hybridrl.utils.config_aliases.resolve_aliases`):
+    the keys hybridrl reads hold the values verl 0.9 would use.
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -44,7 +46,7 @@ def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> 
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        return compose(config_name=name, overrides=overrides)
+        return resolve_aliases(compose(config_name=name, overrides=overrides))
 
 
 def _exit_with(error: ConfigError) -> NoReturn:

@@ -9,7 +9,9 @@ command line in either spelling means what it means in verl 0.9.
     old key set (not null; for a parallel size: > 1)   -> kept
     otherwise                                          -> the new key's value
 
-``with_defaults`` runs it where a full tree enters the program (the CLI, ``RayPPOTrainer``).
+It runs wherever a config enters the program: ``compose_config`` (the CLI's and the tests' composition),
+``with_defaults`` (the CLI, ``RayPPOTrainer``, the SFT trainer) and ``section_with_defaults`` (a worker, dataset
+or engine section built by user code). A resolved tree resolves to itself.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from hybridrl.config.loading import flatten_keys, to_plain
 from hybridrl.config.unsupported import READ_AS_IS, UNSUPPORTED, check_unsupported
 from hybridrl.trainer.main_ppo import complete_config
 from hybridrl.utils.config_aliases import ALIASES
-from hybridrl.utils.config_defaults import with_defaults
+from hybridrl.utils.config_defaults import section_with_defaults, with_defaults
 from hybridrl.utils.config_files import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,6 +118,22 @@ def test_reward_section_and_sequence_parallel_size_reach_the_keys_hybridrl_reads
         compose_config("ppo_trainer", ["reward.reward_manager.name=dapo", "reward_model.reward_manager=prime"])
     )
     assert legacy.reward_model.reward_manager == "prime"
+
+
+def test_a_composed_config_holds_verl_09_values_under_the_keys_hybridrl_reads():
+    config = compose_config("ppo_trainer", ["critic.optim.lr_scheduler_type=cosine"])  # not through with_defaults
+    assert config.reward_model.reward_manager == "naive"  # reward.reward_manager.name's default
+    assert config.actor_rollout_ref.actor.optim.warmup_style == "constant"
+    assert config.critic.optim.warmup_style == "cosine"
+
+
+def test_a_hand_built_section_is_resolved_where_it_enters():
+    def optim(**values):
+        return section_with_defaults({"actor": {"optim": values}}, "actor_rollout_ref").actor.optim
+
+    assert optim().warmup_style == "constant"
+    assert optim(lr_scheduler_type="cosine").warmup_style == "cosine"
+    assert optim(lr_scheduler_type="cosine", warmup_style="constant").warmup_style == "constant"  # the 0.5 key wins
 
 
 # ---------------------------------------------------------------------------------------------- docs table

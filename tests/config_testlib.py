@@ -24,6 +24,13 @@ def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> 
     return _compose(name, list(overrides))
 
 
+def _has_key(node: DictConfig, dotted: str) -> bool:
+    """Whether ``node`` lists the dotted key, a mandatory one (``???``, e.g. ``rollout.name``) included."""
+    parent_path, _, leaf = dotted.rpartition(".")
+    parent = OmegaConf.select(node, parent_path, default=None) if parent_path else node
+    return isinstance(parent, DictConfig) and leaf in parent.keys()
+
+
 def compose_section(
     section: str, overrides: Sequence[str] = (), /, config_name: str = "ppo_trainer", **values: Any
 ) -> DictConfig:
@@ -47,7 +54,7 @@ def compose_section(
     detached = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
     for key, value in values.items():
         dotted = key.replace("__", ".")
-        if OmegaConf.select(detached, dotted, default="<missing>") == "<missing>":
+        if not _has_key(detached, dotted):
             raise KeyError(f"{section}.{dotted} is not a key of {config_name}.yaml")
         OmegaConf.update(detached, dotted, value, merge=isinstance(value, dict))  # a dict updates its keys
     return detached

@@ -62,6 +62,8 @@ python -m hybridrl.trainer.main_ppo \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.calculate_log_probs=False \
+    actor_rollout_ref.model.use_remove_padding=False \
     actor_rollout_ref.rollout.n=8 \
     actor_rollout_ref.rollout.temperature=1.0 \
     actor_rollout_ref.rollout.seed="$SEED" \

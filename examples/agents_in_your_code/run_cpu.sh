@@ -50,6 +50,8 @@ python -m hybridrl.trainer.main_ppo \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.calculate_log_probs=False \
+    actor_rollout_ref.model.use_remove_padding=False \
     actor_rollout_ref.rollout.mode=async \
     actor_rollout_ref.rollout.agent.num_workers=2 \
     actor_rollout_ref.rollout.agent.custom_rollout_function.path="$here/calculator_agent.py" \

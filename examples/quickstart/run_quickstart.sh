@@ -90,6 +90,8 @@ echo "[quickstart] model=$MODEL workers=$WORKERS threads/worker=$THREADS $KNOBS"
     actor_rollout_ref.actor.recompute_old_log_prob="$RECOMPUTE_OLD_LOG_PROB" \
     +actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$TRAIN_DTYPE" \
     actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.mode=sync \
+    actor_rollout_ref.rollout.calculate_log_probs=False \
     actor_rollout_ref.rollout.dtype="$DTYPE" \
     actor_rollout_ref.rollout.n="$N" \
     actor_rollout_ref.rollout.temperature=1.0 \

@@ -175,6 +175,12 @@ def grpo_args(model_dir: Path, data_dir: Path, work_dir: Path, args: argparse.Na
         "actor_rollout_ref.actor.use_kl_loss": False,
         "actor_rollout_ref.actor.entropy_coeff": 0,
         "actor_rollout_ref.rollout.name": "hf",
+        # the batch generate path, no rollout log-probs, padded forwards, sampling seed 0: verl 0.5's defaults, which
+        # the measured runs used (verl 0.9: server mode, log-probs on, remove padding on, seed 42)
+        "actor_rollout_ref.rollout.mode": "sync",
+        "actor_rollout_ref.rollout.calculate_log_probs": False,
+        "actor_rollout_ref.rollout.seed": 0,
+        "actor_rollout_ref.model.use_remove_padding": False,
         "actor_rollout_ref.rollout.n": args.rollout_n,
         "actor_rollout_ref.rollout.temperature": args.temperature,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,

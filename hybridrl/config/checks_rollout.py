@@ -17,6 +17,10 @@ SANITY_CHECK_MODES = ("strict", "ignore_strippable", "disable")
 def check_rollout_mode(config: DictConfig) -> list[ConfigProblem]:
     """Problems of ``rollout.mode`` / ``rollout.multi_turn`` / ``rollout.agent`` (each names its key and fix)."""
     problems: list[ConfigProblem] = []
+    if get(config, f"{ROLLOUT}.name") is None:  # verl 0.9's mandatory '???': no default engine
+        problems.append(ConfigProblem(f"{ROLLOUT}.name", "is required: verl 0.9 has no default rollout engine.",
+                                      f"set {ROLLOUT}.name=hf (CPU or GPU), vllm or sglang."))
+        return problems
     mode = get(config, f"{ROLLOUT}.mode")
     if mode not in ROLLOUT_MODES:
         problems.append(ConfigProblem(f"{ROLLOUT}.mode", f"{mode!r} is not a rollout mode.", f"use one of {ROLLOUT_MODES}."))

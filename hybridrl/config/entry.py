@@ -22,7 +22,8 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.overrides import prepare_cli_argv, prepare_overrides
+from hybridrl.config.overrides import prepare_cli_argv, prepare_overrides, select_model_engine
+from hybridrl.utils.config_aliases import resolve_aliases
 from hybridrl.utils.config_defaults import with_defaults
 from hybridrl.utils.config_files import config_dir
 
@@ -32,16 +33,20 @@ __all__ = ["compose_config", "hydra_entry"]
 def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> DictConfig:
     """Compose ``<name>.yaml`` with Hydra-syntax overrides, exactly as the CLI does.
 
-    Unknown keys raise :class:`~hybridrl.config.errors.ConfigError` naming the closest valid key.
+    Unknown keys raise :class:`~hybridrl.config.errors.ConfigError` naming the closest valid key. An override of
+    verl 0.9's group ``model_engine`` selects the config as in verl (``model_engine=megatron``:
+    ``ppo_megatron_trainer``). verl 0.9's aliases are resolved (:func:`~hybridrl.utils.config_aliases.resolve_aliases`):
+    the keys hybridrl reads hold the values verl 0.9 would use.
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    name = select_model_engine(name, list(overrides))
     overrides = prepare_overrides(list(overrides), name)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        return compose(config_name=name, overrides=overrides)
+        return resolve_aliases(compose(config_name=name, overrides=overrides))
 
 
 def _exit_with(error: ConfigError) -> NoReturn:

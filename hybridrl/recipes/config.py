@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hybridrl.config import prepare_overrides
+from hybridrl.utils.config_aliases import resolve_aliases
 
 __all__ = ["DAPO_CONFIG_DIR", "compose_recipe_config"]
 
@@ -21,6 +22,8 @@ DAPO_CONFIG_DIR = Path(__file__).resolve().parent / "dapo" / "config"
 
 def compose_recipe_config(config_dir: str | Path, config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
     """The composed recipe config, e.g. ``compose_recipe_config(DAPO_CONFIG_DIR, "dapo_trainer", ["k=v"])``.
+
+    verl 0.9's aliases are resolved, as for the shipped configs (:func:`hybridrl.config.compose_config`).
 
     Raises:
         ConfigError: an override names a key ``ppo_trainer.yaml`` does not have.
@@ -34,4 +37,4 @@ def compose_recipe_config(config_dir: str | Path, config_name: str, overrides: S
     with warnings.catch_warnings():  # pkg://hybridrl.configs loads, though Hydra calls the namespace package unavailable
         warnings.filterwarnings("ignore", message=r"provider=hydra\.searchpath.*is not available")
         with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None):
-            return compose(config_name=config_name, overrides=checked)
+            return resolve_aliases(compose(config_name=config_name, overrides=checked))

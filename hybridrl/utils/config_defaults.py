@@ -5,8 +5,8 @@ verl config): the entry points (the CLI, ``RayPPOTrainer``, the SFT trainer) and
 verl users call (the workers, the datasets) pass it through here, so the rest of the code reads every YAML
 key by attribute (``cfg.actor.clip_ratio_c``) and never restates a default.
 
-    with_defaults(config)                                  full tree:  YAML ⊕ user (user wins)
-    section_with_defaults(section, "actor_rollout_ref")    one section, resolved and detached
+    with_defaults(config)                                  full tree:  YAML ⊕ user (user wins), verl 0.9 aliases resolved
+    section_with_defaults(section, "actor_rollout_ref")    one section, resolved and detached, aliases resolved
 
 A filled config is marked (a flag on each of its OmegaConf nodes, kept by copies, merges and pickling), so the next constructor it reaches does not merge the YAML again:
 ``with_defaults`` returns a filled tree as it is, ``section_with_defaults`` only resolves and detaches a
@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from hybridrl.utils.config_aliases import resolve_aliases
 from hybridrl.utils.config_files import load_config
 
 __all__ = ["is_filled", "section_with_defaults", "tree_with_section", "with_defaults"]
@@ -71,16 +72,18 @@ def with_defaults(config: DictConfig | Mapping[str, Any], name: str = "ppo_train
         return config  # type: ignore[return-value]
     merged = OmegaConf.merge(_shipped_copy(name), config)
     assert isinstance(merged, DictConfig)
+    resolve_aliases(merged)  # verl 0.9's new homes of settings, read here under their 0.5 names
     OmegaConf.set_struct(merged, True)
     return _mark(merged, "", name)
 
 
 def tree_with_section(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:
-    """The shipped tree of ``<name>.yaml`` (not struct) with ``section`` merged in at dotted ``path``, resolved."""
+    """The shipped tree of ``<name>.yaml`` (not struct) with ``section`` merged in at dotted ``path``, resolved,
+    verl 0.9's aliases resolved (a hand-built section in either spelling means what it means in verl 0.9)."""
     values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
     tree = _shipped_copy(name)
     OmegaConf.update(tree, path, values, merge=True)
-    return tree
+    return resolve_aliases(tree)
 
 
 def section_with_defaults(section: Any, path: str, name: str = "ppo_trainer") -> DictConfig:

@@ -98,6 +98,8 @@ def main_ppo_overrides(model_dir: str, data_dir: str, shape: GRPOShape, steps: i
         "actor_rollout_ref.actor.entropy_coeff": 0,
         "actor_rollout_ref.actor.recompute_old_log_prob": shape.recompute_old_log_prob,
         "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.mode": "sync",
+        "actor_rollout_ref.rollout.calculate_log_probs": False,
         "actor_rollout_ref.rollout.dtype": "float32",
         "actor_rollout_ref.rollout.n": shape.n,
         "actor_rollout_ref.rollout.temperature": 1.0,

@@ -38,6 +38,9 @@ def actor_rollout_ref_config(model_path: str, shape: BatchShape, *extra: str) ->
         "actor_rollout_ref.actor.optim.lr=1e-4",
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
         "actor_rollout_ref.rollout.name=hf",
+        # padded forwards and sampling seed 0: verl 0.5's defaults, which the recorded checks ran with (0.9: packed, 42)
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.rollout.seed=0",
         f"actor_rollout_ref.rollout.prompt_length={shape.prompt_length}",
         f"actor_rollout_ref.rollout.response_length={shape.response_length}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={shape.micro_batch}",

@@ -21,6 +21,10 @@ GRPO_4_RANKS = [
 ]
 
 
+# the built-in converter (verl 0.9 defaults to mbridge, which pipeline stages do not use here)
+BUILTIN = "actor_rollout_ref.actor.megatron.use_mbridge=False"
+
+
 def _problems(*overrides: str, config_name: str = "ppo_megatron_trainer") -> dict[str, str]:
     """key → message + fix of every config problem (no environment checks; a key's problems joined by " | ")."""
     with warnings.catch_warnings():
@@ -91,13 +95,13 @@ def test_context_parallel_on_gpu_passes_with_a_never_ran_warning(monkeypatch):
 
 
 def test_pipeline_parallel_policy_passes_with_the_builtin_converter_and_checkpoints():
-    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.save_freq=-1") == {}
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", BUILTIN, "trainer.save_freq=-1") == {}
     # checkpoints at PP > 1: saved per stage, resumed, merged (tests/megatron/test_megatron_pipeline_checkpoint_on_cpu.py)
-    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.save_freq=1") == {}
-    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "trainer.resume_mode=resume_path",
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", BUILTIN, "trainer.save_freq=1") == {}
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", BUILTIN, "trainer.resume_mode=resume_path",
                      "trainer.resume_from_path=/tmp/x") == {}
     # with a reference policy (KL loss) on the actor's layout
-    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", "actor_rollout_ref.actor.use_kl_loss=True",
+    assert _problems(f"{ACTOR_MEGATRON}.pipeline_model_parallel_size=2", BUILTIN, "actor_rollout_ref.actor.use_kl_loss=True",
                      "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=2") == {}
 
 

@@ -17,9 +17,9 @@ def _problem(overrides: list[str], key: str):
 def test_reward_function_name_nan_names_the_key_and_the_expected_type(cpu_overrides):
     # before: Hydra's float NaN reached getattr() in the reward loader: "attribute name must be string"
     with pytest.raises(ConfigError) as raised:
-        validate_config(compose_config("ppo_trainer", [*cpu_overrides, "custom_reward_function.name=nan"]))
-    assert "custom_reward_function.name: expected a string, got float nan." in str(raised.value)
-    assert "custom_reward_function.name=\"'nan'\"" in str(raised.value)  # the quoting that keeps it text
+        validate_config(compose_config("ppo_trainer", [*cpu_overrides, "reward.custom_reward_function.name=nan"]))
+    assert "reward.custom_reward_function.name: expected a string, got float nan." in str(raised.value)
+    assert "reward.custom_reward_function.name=\"'nan'\"" in str(raised.value)  # the quoting that keeps it text
 
 
 @pytest.mark.parametrize(

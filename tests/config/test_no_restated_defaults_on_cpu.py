@@ -27,6 +27,12 @@ NOT_CONFIG_READS = {
     ("workers/engine/fsdp.py", "forward_prefetch"): "SFT's fsdp_config has no forward_prefetch (FSDP1 default off)",
     ("workers/engine/fsdp.py", "reshard_after_forward"): "SFT's fsdp_config has no reshard_after_forward (FSDP2 default)",
     ("workers/engine/fsdp.py", "offload_policy"): "SFT's fsdp_config has no offload_policy (off)",
+    # verl 0.9's model.lora.dropout is a YAML leaf of that name; this reads an attention call's keyword arguments
+    ("models/transformers/ulysses_attention.py", "dropout"): "flash-attention keyword arguments, not a config",
+    ("models/transformers/varlen_attention.py", "dropout"): "attention keyword arguments, not a config",
+    # rollout.engine_kwargs is a section; the YAML leaf of that name is verl 0.9's checkpoint_engine.engine_kwargs
+    ("workers/rollout/sglang_rollout.py", "engine_kwargs"): "the rollout section's engine_kwargs mapping",
+    ("workers/rollout/vllm_rollout.py", "engine_kwargs"): "the rollout section's engine_kwargs mapping",
 }
 # Calls that take a YAML key but write it (not a read with a restated default).
 _SETTERS = {"update", "set", "setdefault"}

@@ -35,8 +35,10 @@ def test_valid_correction_settings_pass(cpu_overrides, overrides):
 
 # (overrides, the key the problem must name, a word its message or fix must contain)
 CASES = [
-    ([f"{SECTION}.rollout_is=token"], "actor_rollout_ref.rollout.calculate_log_probs", "calculate_log_probs=True"),
-    ([f"{SECTION}.bypass_mode=True"], "actor_rollout_ref.rollout.calculate_log_probs", "calculate_log_probs=True"),
+    ([f"{SECTION}.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=False"],
+     "actor_rollout_ref.rollout.calculate_log_probs", "calculate_log_probs=True"),
+    ([f"{SECTION}.bypass_mode=True", "actor_rollout_ref.rollout.calculate_log_probs=False"],
+     "actor_rollout_ref.rollout.calculate_log_probs", "calculate_log_probs=True"),
     ([f"{SECTION}.rollout_is=geometric", LOG_PROBS], f"{SECTION}.rollout_is", "token"),
     ([f"{SECTION}.rollout_is=token", f"{SECTION}.rollout_is_threshold='2_1'", LOG_PROBS],
      f"{SECTION}.rollout_is_threshold", "lower bound"),

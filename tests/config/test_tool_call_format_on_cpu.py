@@ -16,7 +16,8 @@ VERL_09_FORMATS = {"hermes", "gpt-oss", "qwen3_coder", "glm", "seed", "minimax",
 
 @pytest.fixture(scope="module")
 def composed():
-    return compose_config("ppo_trainer", [])  # other keys' problems are filtered out below
+    # rollout.name is mandatory (verl 0.9); other keys' problems are filtered out below
+    return compose_config("ppo_trainer", ["actor_rollout_ref.rollout.name=hf"])
 
 
 def _format_problems(composed, value, check=check_rollout_mode):

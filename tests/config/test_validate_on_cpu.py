@@ -88,7 +88,7 @@ CASES = [
         "actor_rollout_ref.rollout.val_kwargs.do_sample",
         "temperature",
     ),
-    (["actor_rollout_ref.rollout.mode=async"], "data.return_raw_chat", "data.return_raw_chat=True"),
+    (["actor_rollout_ref.rollout.mode=async", "data.return_raw_chat=False"], "data.return_raw_chat", "data.return_raw_chat=True"),
     (["actor_rollout_ref.rollout.mode=server"], "actor_rollout_ref.rollout.mode", "('sync', 'async')"),
     (
         ["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.name=vllm",
@@ -117,7 +117,7 @@ CASES = [
         "'middle'",
     ),
     (
-        ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2"],
+        ["algorithm.adv_estimator=gae", "critic.ulysses_sequence_parallel_size=2", "critic.model.use_remove_padding=False"],
         "critic.ulysses_sequence_parallel_size",
         "critic.model.use_remove_padding=True",
     ),
@@ -142,7 +142,7 @@ CASES = [
         "use_kl_loss=True",
     ),
     (
-        ["actor_rollout_ref.rollout.multi_turn.enable=True"],
+        ["actor_rollout_ref.rollout.multi_turn.enable=True", "actor_rollout_ref.rollout.mode=sync"],
         "actor_rollout_ref.rollout.multi_turn.enable",
         "rollout.mode=async",
     ),

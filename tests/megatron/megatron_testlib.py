@@ -99,11 +99,16 @@ def policy_config(model_dir: str, tp_size: int, *overrides: str, strategy: str =
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", "data.train_batch_size=4", *overrides,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", "data.train_batch_size=4",
+        # verl 0.5's defaults these tests were written against (verl 0.9: remove padding on, sampling seed 42)
+        "actor_rollout_ref.model.use_remove_padding=False", "actor_rollout_ref.rollout.seed=0", *overrides,
     ]
     if strategy == "megatron":
         config = compose_config("ppo_megatron_trainer", [
-            *common, f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp_size}"])
+            *common, f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tp_size}",
+            # and the Megatron file's (verl 0.9: mbridge on, rollout TP 2, vLLM chunked prefill on)
+            "actor_rollout_ref.actor.megatron.use_mbridge=False", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "actor_rollout_ref.rollout.enable_chunked_prefill=False", *overrides])
     else:
         config = compose_config("ppo_trainer", [*common, "actor_rollout_ref.model.enable_gradient_checkpointing=False"])
     return config.actor_rollout_ref
@@ -176,11 +181,15 @@ def critic_config(model_dir: str, tp_size: int, strategy: str, *overrides: str):
     common = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}", "data.train_batch_size=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
-        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0", *overrides,
+        "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0",
+        "critic.model.use_remove_padding=False",  # verl 0.5's default these tests were written against (0.9: on)
+        *overrides,
     ]
     if strategy == "megatron":
         return compose_config("ppo_megatron_trainer", [
-            *common, f"critic.megatron.tensor_model_parallel_size={tp_size}"]).critic
+            *common, f"critic.megatron.tensor_model_parallel_size={tp_size}",
+            # verl 0.5's Megatron critic (verl 0.9: mbridge, a constant learning rate)
+            "critic.megatron.use_mbridge=False", "critic.optim.lr_decay_style=linear", *overrides]).critic
     return compose_config("ppo_trainer", [*common, "critic.model.enable_gradient_checkpointing=False"]).critic
 
 

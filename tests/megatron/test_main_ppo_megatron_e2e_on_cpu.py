@@ -29,6 +29,12 @@ def megatron_grpo_args(model_dir: str, data_dir: str, ckpt_dir: str, tp_size: in
     validation before training and at step 2, no checkpoint unless ``overrides`` set trainer.save_freq."""
     megatron = {
         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": tp_size,
+        # verl 0.5's Megatron defaults these runs were written against (verl 0.9: mbridge for the actor, reference
+        # and critic, vLLM chunked prefill on, the critic's learning rate constant)
+        "actor_rollout_ref.actor.megatron.use_mbridge": False,
+        "critic.megatron.use_mbridge": False,
+        "critic.optim.lr_decay_style": "linear",
+        "actor_rollout_ref.rollout.enable_chunked_prefill": False,
         "trainer.save_freq": -1,
         **overrides,
     }

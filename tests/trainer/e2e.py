@@ -26,6 +26,13 @@ def cpu_run_args(model_dir: str, data_dir: str, ckpt_dir: str) -> dict[str, obje
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8,
         "actor_rollout_ref.actor.optim.lr": 1e-3,
         "actor_rollout_ref.rollout.name": "hf",
+        # the batch generate path without rollout log-probs, padded forwards, sampling seed 0 (verl 0.5's defaults,
+        # which these runs were written against; verl 0.9 defaults to async, log-probs on, remove padding on, seed 42)
+        "actor_rollout_ref.rollout.mode": "sync",
+        "actor_rollout_ref.rollout.calculate_log_probs": False,
+        "actor_rollout_ref.rollout.seed": 0,
+        "actor_rollout_ref.model.use_remove_padding": False,
+        "critic.model.use_remove_padding": False,
         "actor_rollout_ref.rollout.n": 4,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
         "actor_rollout_ref.rollout.dtype": "float32",

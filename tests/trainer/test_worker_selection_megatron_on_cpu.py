@@ -20,7 +20,9 @@ def _classes(config_name: str, *overrides: str) -> dict[Role, str]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # critic.enable derived from the estimator
-        config = compose_config(config_name, ["actor_rollout_ref.rollout.name=hf", *overrides])
+        # sync mode: the batch-generate workers (verl 0.9's ppo_trainer defaults to async, its server-mode workers)
+        config = compose_config(config_name, ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.mode=sync",
+                                              *overrides])
         workers, _, mapping = build_role_mapping(complete_config(config))
     assert set(workers) == set(mapping) and set(mapping.values()) == {"global_pool"}
     return {role: worker.__ray_metadata__.class_name for role, worker in workers.items()}

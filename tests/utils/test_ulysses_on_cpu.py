@@ -255,7 +255,7 @@ def test_critic_worker_refuses_sp_without_remove_padding():
     from hybridrl.workers.sharding_manager.fsdp_ulysses import sp_group_from_config
 
     def critic(sp: int):
-        return compose_section("critic", ulysses_sequence_parallel_size=sp)
+        return compose_section("critic", ulysses_sequence_parallel_size=sp, model__use_remove_padding=False)
 
     assert sp_group_from_config(critic(1), "critic") is None  # no SP: nothing to check, no group
     with pytest.raises(ValueError, match="critic.model.use_remove_padding=True"):

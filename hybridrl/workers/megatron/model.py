@@ -109,7 +109,18 @@ def transformer_config(hf_config: Any, megatron_config: Any, dtype: torch.dtype,
         persist_layer_norm=on_gpu,
     )
     fields.update(dict(megatron_config.get("override_transformer_config") or {}))
+    fields.update(_attention_backend(fields.pop("attention_backend", None), on_gpu))
     return TransformerConfig(**{key: value for key, value in fields.items() if value is not None or key in _NULLABLE})
+
+
+def _attention_backend(name: Any, on_gpu: bool) -> dict[str, Any]:
+    """verl 0.9's ``override_transformer_config.attention_backend`` (a name: flash | fused | unfused | local | auto)
+    as megatron-core's enum. It picks among TransformerEngine's kernels, so on CPU (the local spec) it is left out."""
+    if name is None or not on_gpu:
+        return {}
+    from megatron.core.transformer.enums import AttnBackend
+
+    return {"attention_backend": AttnBackend[name] if isinstance(name, str) else name}
 
 
 # override_transformer_config entries that may legitimately be None (verl's recompute_* defaults)

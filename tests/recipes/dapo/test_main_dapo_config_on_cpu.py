@@ -15,7 +15,8 @@ def test_dapo_trainer_yaml_selects_dapo():
     assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c) == (0.2, 0.28, 10.0)
     assert actor.loss_agg_mode == "token-mean" and actor.use_kl_loss is False
     assert config.algorithm.adv_estimator == "grpo" and config.algorithm.use_kl_in_reward is False
-    assert dict(config.algorithm.filter_groups) == {"enable": True, "metric": "acc", "max_num_gen_batches": 10}
+    filter_groups = {"enable": True, "metric": "acc", "max_num_gen_batches": 10, "max_inflight_gen_batches": 1}
+    assert dict(config.algorithm.filter_groups) == filter_groups  # the last one verl 0.9's, at its default
     assert config.reward_model.reward_manager == "dapo"
     assert config.data.gen_batch_size == 16  # follows data.train_batch_size unless set
     assert dapo_problems(config) == []

@@ -44,7 +44,7 @@ def short_file(tmp_path):
 
 
 def test_chat_template_and_left_padding(tokenizer, short_file):
-    ds = RLHFDataset(short_file, tokenizer, {"max_prompt_length": 40})
+    ds = RLHFDataset(short_file, tokenizer, {"max_prompt_length": 40, "return_raw_chat": False})
     item = ds[0]
     expected_text = "<|im_start|>user\nWhat is 1 + 2?<|im_end|>\n<|im_start|>assistant\n"
     expected_ids = tokenizer.encode(expected_text, add_special_tokens=False)

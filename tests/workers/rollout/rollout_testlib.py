@@ -13,7 +13,7 @@ QUESTIONS = ["What is 1 + 2?", "Compute 12 * 3 please", "hello", "What is the su
 
 def rollout_config(**overrides):
     """The shipped ``actor_rollout_ref.rollout`` section for tests: hf engine, fp32 (so log-probs compare tightly),
-    short prompts/responses, rollout log-probs on, a 1 MB weight-sync bucket, TP 1."""
+    short prompts/responses, rollout log-probs on, a 1 MB weight-sync bucket, TP 1, sampling seed 0, vLLM eager."""
     values = {
         "name": "hf",
         "response_length": 8,
@@ -22,6 +22,9 @@ def rollout_config(**overrides):
         "calculate_log_probs": True,
         "update_weights_bucket_megabytes": 1,
         "tensor_model_parallel_size": 1,  # one process per engine on CPU (the YAML says 2, as verl)
+        # verl 0.5's defaults these tests were written against (verl 0.9: seed 42, vLLM compiles / captures graphs)
+        "seed": 0,
+        "enforce_eager": True,
         **overrides,
     }
     return compose_section("actor_rollout_ref.rollout", **values)

@@ -92,7 +92,8 @@ def standalone_engine(model_dir: str, **rollout_keys):
 
     from hybridrl.workers.rollout import build_rollout
 
-    values = {"name": "hf", "tensor_model_parallel_size": 1, **rollout_keys}
+    # seed 0 and vLLM eager: verl 0.5's defaults these tests were written against (verl 0.9: 42, graphs)
+    values = {"name": "hf", "tensor_model_parallel_size": 1, "seed": 0, "enforce_eager": True, **rollout_keys}
     return build_rollout(
         compose_section("actor_rollout_ref.rollout", **values),
         compose_section("actor_rollout_ref.model", path=model_dir),

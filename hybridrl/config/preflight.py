@@ -11,8 +11,9 @@ starts with a ConfigError that names the key and the file:
     datasets              every parquet file of data.train_files / data.val_files has rows, and (data.truncation
                           =error, no filter_overlong_prompts) every prompt fits data.max_prompt_length:
                           see :mod:`hybridrl.config.preflight_data`
-    model weights         every *.safetensors file of the model folders holds the bytes its header declares
-                          (:mod:`hybridrl.config.preflight_model`)
+    model weights         every *.safetensors file of the model folders holds the bytes its header declares;
+                          the policy is a text model (multimodal RL is refused until the rollout and the
+                          training forwards read images) (:mod:`hybridrl.config.preflight_model`)
     code files            custom_reward_function.path compiles (:mod:`hybridrl.config.preflight_code`)
 """
 
@@ -28,7 +29,7 @@ from hybridrl.config.errors import ConfigError, ConfigProblem
 from hybridrl.config.preflight_checkpoint import TRACKER_FILENAME, check_resume_folder
 from hybridrl.config.preflight_code import check_code_files
 from hybridrl.config.preflight_data import check_datasets
-from hybridrl.config.preflight_model import check_model_files
+from hybridrl.config.preflight_model import check_model_files, check_text_only_policy
 
 __all__ = ["check_checkpoint_folder", "check_resume_tracker", "preflight_problems", "run_preflight"]
 
@@ -46,7 +47,8 @@ def preflight_problems(config: DictConfig) -> list[ConfigProblem]:
     """All disk-level problems of a composed ``ppo_trainer`` config."""
     return [
         *check_checkpoint_folder(config), *check_resume_tracker(config), *check_resume_folder(config),
-        *check_model_files(config), *check_code_files(config), *check_datasets(config),
+        *check_model_files(config), *check_text_only_policy(config), *check_code_files(config),
+        *check_datasets(config),
     ]
 
 

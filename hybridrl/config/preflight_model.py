@@ -1,4 +1,5 @@
-"""Preflight of the model folders: every ``*.safetensors`` file holds the bytes its header declares.
+"""Preflight of the model folders: every ``*.safetensors`` file holds the bytes its header declares, and the
+policy is not a vision-language model (multimodal RL is not supported yet: refused rather than trained blind).
 
 A copy or download cut short leaves a ``model.safetensors`` whose header (at the front) is intact but whose
 tensors end early; loading it failed in a worker, minutes after Ray started, with safetensors' bare
@@ -17,7 +18,7 @@ from omegaconf import DictConfig
 from hybridrl.config.access import MODEL, get
 from hybridrl.config.errors import ConfigProblem
 
-__all__ = ["check_model_files", "safetensors_problem"]
+__all__ = ["check_model_files", "check_text_only_policy", "safetensors_problem"]
 
 MODEL_KEYS = (f"{MODEL}.path", "critic.model.path", "reward_model.model.path")
 _HEADER_LENGTH_BYTES = 8  # the little-endian u64 that opens every safetensors file
@@ -31,6 +32,33 @@ def check_model_files(config: DictConfig) -> list[ConfigProblem]:
         if get(config, key) and os.path.isdir(folder):  # a hub id or an unused role's default: nothing to read
             problems += _folder_problems(key, folder)
     return problems
+
+
+def check_text_only_policy(config: DictConfig) -> list[ConfigProblem]:
+    """A problem when ``actor_rollout_ref.model.path`` is a vision-language model (its ``config.json`` has a
+    ``vision_config``): the datasets would read its images, but no rollout or training forward passes them to the
+    model yet, so a run would train on image placeholders the model never sees."""
+    key = f"{MODEL}.path"
+    config_file = os.path.join(os.path.expanduser(str(get(config, key) or "")), "config.json")
+    if not os.path.isfile(config_file):
+        return []
+    try:
+        with open(config_file, encoding="utf-8") as handle:
+            model_config = json.load(handle)
+    except (OSError, ValueError):
+        return []  # transformers names an unreadable config.json itself
+    if not isinstance(model_config, dict) or "vision_config" not in model_config:
+        return []
+    return [
+        ConfigProblem(
+            key,
+            f"{os.path.dirname(config_file)} is a vision-language model ({model_config.get('model_type', '?')}): "
+            "multimodal RL is not supported yet (the datasets read images, but the rollout and the training forwards "
+            "do not pass them to the model, so it would be trained on image placeholders it never sees).",
+            "train a text-only model; what works today for vision-language models is listed in docs/status.md "
+            "(Not supported yet).",
+        )
+    ]
 
 
 def _folder_problems(key: str, folder: str) -> list[ConfigProblem]:

@@ -234,3 +234,13 @@ def test_resume_folder_with_a_deleted_shard_is_found_before_ray(tiny_model_dir, 
     message = _preflight_error(config)  # resume_mode=auto (default); before: found by a worker after ~130 s
     assert "is incomplete: missing ['actor/model_world_size_1_rank_0.pt']" in message
     assert f"trainer.resume_from_path={root / 'global_step_1'}" in message
+
+
+def test_a_vision_language_policy_is_refused_before_ray(tiny_vlm_dir, tiny_model_dir, data_files, tmp_path):
+    """The datasets read images, the rollout and the actor do not yet: a VLM run would train blind, so it stops."""
+    vlm = tiny_vlm_dir("qwen2_vl")
+    config = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={vlm}")
+    message = _preflight_error(config)
+    assert f"actor_rollout_ref.model.path: {vlm} is a vision-language model (qwen2_vl): multimodal RL is not " \
+           "supported yet" in message
+    assert "train a text-only model" in message

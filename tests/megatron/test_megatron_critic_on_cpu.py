@@ -28,7 +28,7 @@ def _values_update_probe(rank: int, model_dir: str, tp_size: int, strategy: str)
     from hybridrl.workers.megatron.critic_worker import MegatronCriticWorker
 
     worker_class = MegatronCriticWorker if strategy == "megatron" else CriticWorker
-    packed = ["+critic.model.use_remove_padding=True"] if tp_size == 2 else []  # TP=2 also runs the packed rows
+    packed = ["critic.model.use_remove_padding=True"] if tp_size == 2 else []  # TP=2 also runs the packed rows
     worker = worker_class(critic_config(model_dir, tp_size, strategy, *packed))
     worker.init_model()
     data = policy_batch(seed=1)

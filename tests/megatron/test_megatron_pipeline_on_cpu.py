@@ -57,7 +57,7 @@ def test_pp2_equals_pp1_and_hf(tmp_path, tiny_gqa_qwen2_dir):
 def test_pp2_equals_pp1_and_hf_on_packed_rows(tmp_path, tiny_gqa_llama_dir):
     """Untied Llama (``lm_head`` on the last stage), packed rows (``use_remove_padding=True``): each micro-batch's
     packed length differs, so the schedule sends shapes before tensors (``variable_seq_lengths``)."""
-    _compare_pp2_with_pp1_and_hf(tmp_path, tiny_gqa_llama_dir, "+actor_rollout_ref.model.use_remove_padding=True")
+    _compare_pp2_with_pp1_and_hf(tmp_path, tiny_gqa_llama_dir, "actor_rollout_ref.model.use_remove_padding=True")
 
 
 def _compare_pp2_with_pp1_and_hf(tmp_path, model_dir: str, *overrides: str) -> None:

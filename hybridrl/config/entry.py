@@ -15,6 +15,8 @@ notebooks, ``hybridrl-plan``). Hydra is imported only when composing, so importi
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -38,15 +40,22 @@ def compose_config(name: str = "ppo_trainer", overrides: Sequence[str] = ()) -> 
     ``ppo_megatron_trainer``). verl 0.9's aliases are resolved (:func:`~hybridrl.utils.config_aliases.resolve_aliases`):
     the keys hybridrl reads hold the values verl 0.9 would use.
     """
+    name = select_model_engine(name, list(overrides))
+    return copy.deepcopy(_composed(str(config_dir()), name, tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=64)
+def _composed(folder: str, name: str, overrides: tuple[str, ...]) -> DictConfig:
+    """Hydra's composition, once per process for each (folder, config, overrides): half a second for verl 0.9's
+    tree, and tests and user code compose the same few configs many times (callers get copies)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    name = select_model_engine(name, list(overrides))
-    overrides = prepare_overrides(list(overrides), name)
+    prepared = prepare_overrides(list(overrides), name)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        return resolve_aliases(compose(config_name=name, overrides=overrides))
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        return resolve_aliases(compose(config_name=name, overrides=prepared))
 
 
 def _exit_with(error: ConfigError) -> NoReturn:

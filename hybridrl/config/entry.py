@@ -89,7 +89,9 @@ def hydra_entry(
     """
 
     def enter(config: DictConfig) -> DictConfig:
-        # where a config enters: a composed tree, or one saved by an older version, gets the keys it lacks
+        # where a config enters: verl 0.9's aliases resolved (a recipe's YAML built on ppo_trainer's too), and a
+        # composed tree, or one saved by an older version, gets the keys it lacks
+        config = resolve_aliases(config)
         return config if override_keys is None else with_defaults(config, override_keys)
 
     def task(config: DictConfig) -> None:

@@ -151,9 +151,12 @@ def prepare_overrides(overrides: list[str], config_name: str = "ppo_trainer") ->
     base = _plain_tree(config_file(DEFAULTS_FROM[config_name])) if config_name in DEFAULTS_FROM else {}
     problems: list[ConfigProblem] = []
     result: list[str] = []
+    added: set[str] = set()
     for text, override in zip(overrides, parsed):
         if _from_base(override, plain, base):
-            result.append(f"+{text}")  # a key of the base config this one lacks: added with the user's value
+            # a key of the base config this one lacks: added with the user's value (once: a repeat changes it)
+            result.append(text if override.key_or_group in added else f"+{text}")
+            added.add(override.key_or_group)
             continue
         result.append(_check_one(text, override, plain, valid_keys, problems))
     if problems:

@@ -178,3 +178,10 @@ def test_a_command_line_without_rollout_name_is_told_to_set_it():
     problems = check_rollout_mode(compose_config("ppo_trainer", []))
     assert [p.key for p in problems] == ["actor_rollout_ref.rollout.name"]
     assert "rollout.name=hf" in problems[0].fix
+
+
+def test_a_base_key_given_twice_to_the_megatron_file_takes_the_last_value():
+    """``critic.model.use_remove_padding`` is ppo_trainer's, added to the Megatron tree from its base: a command line
+    (or a test library) that sets it twice means the last value, as for any key, not Hydra's "already at"."""
+    overrides = ["critic.model.use_remove_padding=False", "critic.model.use_remove_padding=True"]
+    assert compose_config("ppo_megatron_trainer", overrides).critic.model.use_remove_padding is True

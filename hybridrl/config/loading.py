@@ -37,14 +37,22 @@ def flatten_keys(tree: DictConfig | dict[str, Any], prefix: str = "") -> dict[st
     return flat
 
 
-def has_key(plain: dict[str, Any], dotted: str) -> bool:
-    """Whether ``dotted`` names a node (leaf or section) of the plain tree."""
+_NOT_THERE = object()
+
+
+def plain_value(plain: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """The unresolved value (leaf or section) at ``dotted`` of the plain tree, or ``default`` where there is none."""
     node: Any = plain
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return False
+            return default
         node = node[part]
-    return True
+    return node
+
+
+def has_key(plain: dict[str, Any], dotted: str) -> bool:
+    """Whether ``dotted`` names a node (leaf or section) of the plain tree."""
+    return plain_value(plain, dotted, _NOT_THERE) is not _NOT_THERE
 
 
 def allowed_additions(name: str = "ppo_trainer") -> set[str]:

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.config.access import get
 from hybridrl.config.errors import ConfigProblem, warn_once
-from hybridrl.config.loading import flatten_keys, to_plain
+from hybridrl.config.loading import flatten_keys, plain_value, to_plain
 
 
 @dataclass(frozen=True)
@@ -346,12 +346,7 @@ _ABSENT = object()
 
 def _raw(plain: dict, key: str) -> Any:
     """The unresolved value at dotted ``key`` of a plain tree (a section as a dict), or _ABSENT."""
-    node: Any = plain
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
+    return plain_value(plain, key, _ABSENT)
 
 
 def _tree_name(plain: dict, config_name: str) -> str:

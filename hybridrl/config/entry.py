@@ -89,10 +89,9 @@ def hydra_entry(
     """
 
     def enter(config: DictConfig) -> DictConfig:
-        # where a config enters: verl 0.9's aliases resolved (a recipe's YAML built on ppo_trainer's too), and a
-        # composed tree, or one saved by an older version, gets the keys it lacks
-        config = resolve_aliases(config)
-        return config if override_keys is None else with_defaults(config, override_keys)
+        # where a config enters: a composed tree, or one saved by an older version, gets the keys it lacks
+        # (with_defaults resolves verl 0.9's aliases too); a recipe's own YAML built on ppo_trainer's is resolved
+        return resolve_aliases(config) if override_keys is None else with_defaults(config, override_keys)
 
     def task(config: DictConfig) -> None:
         config = enter(config)

@@ -1,9 +1,11 @@
-"""Preflight of the prompt datasets: every file has rows, and (``data.truncation=error``) every prompt fits.
+"""Preflight of the prompt datasets: every file has rows, every column's pages read, and (``data.truncation=error``)
+every prompt fits.
 
 Without it an empty file surfaced after Ray started as torch's ``num_samples=0`` (schema kept) or as a
-misleading "column 'prompt' has type null" (an empty frame written by pandas), and an over-long prompt only
-when its batch was drawn, possibly mid-epoch. Row counts come from the parquet footer (no data read); the
-length check reads the prompt column only, renders the chat template and tokenizes in one batch (the
+misleading "column 'prompt' has type null" (an empty frame written by pandas), a corrupt data page behind an
+intact footer as a raw pyarrow traceback without the file's name, and an over-long prompt only when its batch was
+drawn, possibly mid-epoch. Row counts come from the parquet footer; every column is then read once, one column at
+a time (the dataset reads the whole file after Ray anyway); the length check renders the chat template and tokenizes in one batch (the
 tokenizer of ``data.tokenizer``, else of the actor model, as the trainer loads it). A ``data.custom_cls``
 dataset has a format of its own: only the row count is checked then.
 """
@@ -39,7 +41,7 @@ def check_datasets(config: DictConfig) -> list[ConfigProblem]:
     tokenizer = None
     for key in DATA_KEYS:
         for path in _files(get(config, key)):
-            problem = _row_count_problem(key, path, get(config, "data.prompt_key"))
+            problem = _row_count_problem(key, path, get(config, "data.prompt_key")) or _unreadable_column(key, path)
             if problem is not None:
                 problems.append(problem)
                 continue
@@ -73,6 +75,21 @@ def _row_count_problem(key: str, path: str, prompt_key: str) -> ConfigProblem | 
     )
 
 
+def _unreadable_column(key: str, path: str) -> ConfigProblem | None:
+    """The first column of ``path`` whose pages cannot be decoded (a corrupt page behind an intact footer)."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    for column in parquet.schema_arrow.names:
+        try:
+            parquet.read(columns=[column])
+        except Exception as error:  # noqa: BLE001  (OSError, ArrowInvalid, ... depending on the damage)
+            reason = "".join(char for char in " ".join(str(error).split()) if char.isprintable())  # pyarrow's raw bytes
+            return ConfigProblem(key, f"cannot read column {column!r} of {path} ({type(error).__name__}: {reason}).",
+                                 "the file is corrupt: regenerate it (examples/data_preprocess/) or restore a copy.")
+    return None
+
+
 def _load_tokenizer(config: DictConfig) -> Any:
     from hybridrl.utils.tokenizer import hf_tokenizer
 
@@ -87,12 +104,7 @@ def _length_problems(config: DictConfig, key: str, path: str, tokenizer: Any) ->
     if prompt_key not in pq.ParquetFile(path).schema_arrow.names:
         return [ConfigProblem("data.prompt_key", f"{path} has no column {prompt_key!r}.",
                               "set data.prompt_key to the column holding the chat messages.")]
-    try:
-        prompts = pq.read_table(path, columns=[prompt_key]).column(prompt_key).to_pylist()
-    except Exception as error:  # noqa: BLE001  (a corrupt page behind an intact footer: OSError, ArrowInvalid, ...)
-        reason = "".join(char for char in " ".join(str(error).split()) if char.isprintable())  # pyarrow's raw bytes
-        return [ConfigProblem(key, f"cannot read column {prompt_key!r} of {path} ({type(error).__name__}: {reason}).",
-                              "the file is corrupt: regenerate it (examples/data_preprocess/) or restore a copy.")]
+    prompts = pq.read_table(path, columns=[prompt_key]).column(prompt_key).to_pylist()  # read once already
     limit = int(get(config, "data.max_prompt_length"))
     too_long = over_long_prompts(prompts, tokenizer, limit, get(config, "data.custom_chat_template"))
     if not too_long:

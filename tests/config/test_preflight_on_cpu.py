@@ -187,21 +187,30 @@ def test_truncated_model_safetensors_names_the_file_and_the_key(tiny_model_dir, 
 
 
 def _corrupt_data_page(path: str, column: str) -> None:
-    """Overwrite bytes inside ``column``'s data page; the footer (schema, row counts) stays intact."""
+    """Overwrite bytes inside ``column``'s data page (its header and first values, within the column's chunk);
+    the footer (schema, row counts) stays intact."""
     chunk = pq.ParquetFile(path).metadata.row_group(0)
     [meta] = [chunk.column(i) for i in range(chunk.num_columns) if chunk.column(i).path_in_schema == column]
     with open(path, "r+b") as handle:
-        handle.seek(meta.data_page_offset + 40)
-        handle.write(b"\xff" * 100)
+        handle.seek(meta.data_page_offset)
+        handle.write(b"\xff" * min(100, meta.total_compressed_size))
 
 
-def test_parquet_with_a_corrupt_data_page_names_the_file(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    ("leaf", "column", "split"),
+    [
+        ("prompt.list.element.content", "prompt", "train"),
+        ("reward_model.ground_truth", "reward_model", "val"),  # before: found after Ray, by the dataset
+    ],
+)
+def test_parquet_with_a_corrupt_data_page_names_the_file_and_column(tiny_model_dir, tmp_path, leaf, column, split):
     rows = [_row(i, f"What is {i} + 1? " * 5) for i in range(50)]
-    files = (_write(tmp_path / "train.parquet", rows), _write(tmp_path / "test.parquet", rows[:2]))
-    _corrupt_data_page(files[0], "prompt.list.element.content")
-    assert pq.ParquetFile(files[0]).metadata.num_rows == 50  # the footer still reads
+    files = (_write(tmp_path / "train.parquet", rows), _write(tmp_path / "test.parquet", rows))
+    damaged = files[0] if split == "train" else files[1]
+    _corrupt_data_page(damaged, leaf)
+    assert pq.ParquetFile(damaged).metadata.num_rows == 50  # the footer still reads
     message = _preflight_error(_config(tiny_model_dir, files, tmp_path))  # before: a raw pyarrow OSError, no file
-    assert f"data.train_files: cannot read column 'prompt' of {files[0]} (OSError: " in message
+    assert f"data.{split}_files: cannot read column {column!r} of {damaged} (" in message
     assert "the file is corrupt: regenerate it" in message
 
 

@@ -127,3 +127,28 @@ def choose_allocator(
             f"install it (apt install {package}) or set {ENV_KEY}=auto"
         )
     return _glibc(environ, "tcmalloc not installed")
+
+
+def release_free_memory() -> bool:
+    """Hand the memory glibc's ``malloc`` keeps after frees back to the system (``malloc_trim(0)``).
+
+    A long-lived server that just finished a burst holds its peak (a batch's KV cache) as free heap otherwise; a
+    training worker should not call it (the next step would fault the same pages in again). Returns False where
+    there is nothing to call (not glibc, or another allocator preloaded: tcmalloc and jemalloc return memory
+    themselves).
+    """
+    import ctypes
+    import ctypes.util
+
+    if _preloaded_allocator(os.environ) is not None:
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return False
+    if trim is None:
+        return False
+    trim(0)
+    return True
+

@@ -86,3 +86,29 @@ def test_a_ray_worker_of_the_session_cluster_runs_with_the_chosen_allocator(ray_
         assert mapped, f"{expected.name} installed but not loaded in the Ray worker (LD_PRELOAD={env['LD_PRELOAD']!r})"
     else:
         assert env["GLIBC_TUNABLES"] == GLIBC_TUNED
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def test_release_free_memory_returns_a_freed_heap_to_the_system(monkeypatch):
+    from hybridrl.utils.cpu_allocator import release_free_memory
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    blocks = [bytearray(100_000) for _ in range(3000)]  # ~300 MB of heap blocks (below malloc's mmap threshold)
+    pin = bytearray(100_000)  # allocated last: the heap's top stays in use, so free() alone trims nothing
+    before = _rss_mib()
+    del blocks
+    assert release_free_memory() is True
+    assert before - _rss_mib() > 200  # the freed blocks' pages are back with the system
+    del pin
+
+
+def test_release_free_memory_leaves_a_preloaded_allocator_alone(monkeypatch):
+    from hybridrl.utils.cpu_allocator import release_free_memory
+
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+    assert release_free_memory() is False

@@ -17,14 +17,18 @@ request's settings are resolved).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hybridrl.generation import REQUEST_KEYS, TokenOutput, resolve_request_params
 from hybridrl.workers.rollout.async_server.engine_loop import AsyncRolloutServer, StepEngine, ThreadedStepServer
 
 
-def build_async_server(engine: Any, rollout_config: Any) -> AsyncRolloutServer:
-    """The async server for ``engine`` (a ``BaseRollout``), configured by ``actor_rollout_ref.rollout``.
+def build_async_server(
+    engine: Any, rollout_config: Any, on_idle: Callable[[], Any] | None = None
+) -> AsyncRolloutServer:
+    """The async server for ``engine`` (a ``BaseRollout``), configured by ``actor_rollout_ref.rollout``;
+    ``on_idle``: see ``ThreadedStepServer`` (the hf and vLLM engines).
 
     Raises:
         TypeError: an engine with no server implementation.
@@ -41,11 +45,11 @@ def build_async_server(engine: Any, rollout_config: Any) -> AsyncRolloutServer:
             max_num_seqs=int(rollout_config.max_num_seqs),
             max_prefill_tokens=int(rollout_config.max_num_batched_tokens),
         )
-        return ThreadedStepServer(engine, rollout_config, batcher)
+        return ThreadedStepServer(engine, rollout_config, batcher, on_idle)
     if isinstance(engine, VLLMRollout):
         from hybridrl.workers.rollout.async_server.vllm_engine import VLLMStepEngine
 
-        return ThreadedStepServer(engine, rollout_config, VLLMStepEngine(engine))
+        return ThreadedStepServer(engine, rollout_config, VLLMStepEngine(engine), on_idle)
     if isinstance(engine, SGLangRollout):
         from hybridrl.workers.rollout.async_server.sglang_server import SGLangAsyncServer
 

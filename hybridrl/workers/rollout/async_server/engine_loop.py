@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,11 +100,18 @@ class AsyncRolloutServer(ABC):
 
 
 class ThreadedStepServer(AsyncRolloutServer):
-    """``AsyncRolloutServer`` driving a ``StepEngine`` from one background thread."""
+    """``AsyncRolloutServer`` driving a ``StepEngine`` from one background thread.
 
-    def __init__(self, engine: Any, rollout_config: Any, step_engine: StepEngine) -> None:
+    ``on_idle``, when given, is called from the engine thread each time the engine runs out of work (the OpenAI
+    server hands freed memory back to the system there; a training worker passes none).
+    """
+
+    def __init__(
+        self, engine: Any, rollout_config: Any, step_engine: StepEngine, on_idle: Callable[[], Any] | None = None
+    ) -> None:
         super().__init__(engine, rollout_config)
         self.step_engine = step_engine
+        self.on_idle = on_idle
         self._queue: list[ServerRequest] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -176,6 +183,8 @@ class ThreadedStepServer(AsyncRolloutServer):
                 self._forget(request)
                 if not request.future.done():  # a caller may have cancelled it meanwhile
                     request.future.set_result(output)
+            if self.on_idle is not None and not self.step_engine.has_work():
+                self.on_idle()
 
     def _hand_over(self, request: ServerRequest) -> None:
         """``step_engine.add(request)``; a request the engine refuses fails alone."""

@@ -282,3 +282,31 @@ def test_min_tokens_keeps_a_request_from_stopping_early(model, tokenizer, stop_t
     full = torch.log_softmax(model(torch.tensor([ids + held.token_ids])).logits[0, len(ids) - 1 : -1].float(), -1)
     expected = full.gather(-1, torch.tensor(held.token_ids)[:, None])[:, 0]
     torch.testing.assert_close(torch.tensor(held.log_probs), expected, atol=1e-4, rtol=0)
+
+
+def test_on_idle_runs_when_the_engine_runs_out_of_work(model, tokenizer):
+    """The OpenAI server passes ``release_free_memory`` here: called once a burst is done, not between steps."""
+    import threading
+
+    from hybridrl.workers.rollout.async_server import build_async_server
+
+    engine = hf_engine(model, tokenizer, response_length=8)
+    idle = threading.Event()
+    calls = []
+
+    def on_idle():
+        calls.append([f.done() for f in futures])
+        idle.set()
+
+    server = build_async_server(engine, engine.rollout_config, on_idle=on_idle)
+    server.start()
+    try:
+        futures = [
+            server.submit(f"r{i}", prompt_ids(tokenizer, QUESTIONS[i]), {"max_tokens": 4 + 3 * i, "ignore_eos": True})
+            for i in range(2)
+        ]
+        [f.result(timeout=RESULT_TIMEOUT_S) for f in futures]
+        assert idle.wait(timeout=RESULT_TIMEOUT_S)
+    finally:
+        server.stop()
+    assert calls == [[True, True]]  # once, after both finished (r0 finishing first left r1 running: not idle)

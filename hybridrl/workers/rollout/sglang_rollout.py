@@ -53,8 +53,8 @@ def build_engine_kwargs(rollout_config: Any, model_config: Any, *, follows_actor
         "skip_tokenizer_init": False,
         "enable_memory_saver": bool(rollout_config.free_cache_engine),
     }
-    extra = rollout_config.get("engine_kwargs", {}) or {}
-    kwargs.update({k: v for k, v in dict(extra.get("sglang", {}) or {}).items() if v is not None})
+    extra = rollout_config.get("engine_kwargs") or {}  # the YAML fills it; a hand-built config may lack it
+    kwargs.update({k: v for k, v in dict(extra.get("sglang") or {}).items() if v is not None})
     return kwargs
 
 

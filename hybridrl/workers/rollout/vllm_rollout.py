@@ -132,8 +132,8 @@ def build_engine_kwargs(
             kwargs["distributed_executor_backend"] = "external_launcher"
     if follows_actor:
         kwargs.update(lora_engine_kwargs(model_config))
-    extra = rollout_config.get("engine_kwargs", {}) or {}
-    kwargs.update(_supported_engine_kwargs(dict(extra.get("vllm", {}) or {})))
+    extra = rollout_config.get("engine_kwargs") or {}  # the YAML fills it; a hand-built config may lack it
+    kwargs.update(_supported_engine_kwargs(dict(extra.get("vllm") or {})))
     return kwargs
 
 

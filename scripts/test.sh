@@ -74,12 +74,12 @@ setup_main_env() {
 
 fast_stage() {
   echo "[test] fast suite"
-  run_pytest -m "not slow" -q -p no:cacheprovider
+  run_pytest -m "not slow" -q -p no:cacheprovider --durations=25
 }
 
 slow_stage() {
   echo "[test] slow suite (end-to-end, multi-process)"
-  run_pytest -m "slow and not vllm" -q -p no:cacheprovider
+  run_pytest -m "slow and not vllm" -q -p no:cacheprovider --durations=40
 }
 
 vllm_tests() {

@@ -4,8 +4,9 @@ Local cluster (no ``ray_init.address`` and no ``RAY_ADDRESS``): see :mod:`hybrid
 (every Ray server bound to 127.0.0.1, token authentication with a token generated per run), dashboard
 bound to 127.0.0.1 and off unless ``ray_init.include_dashboard=true``, and — on ``trainer.device=cpu`` —
 more logical CPUs than cores, so that placement-group bundles, colocated actors and the TaskRunner
-always fit on a 2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides), and
-the workers' host allocator chosen by ``HYBRIDRL_CPU_ALLOCATOR`` (:mod:`hybridrl.utils.cpu_allocator`).
+always fit on a 2-core box (Ray actors idle most of the time; ``ray_init.num_cpus`` overrides), the
+workers' host allocator chosen by ``HYBRIDRL_CPU_ALLOCATOR`` (:mod:`hybridrl.utils.cpu_allocator`), and the
+workers at the driver's priority (:data:`CPU_WORKER_NICENESS`).
 Existing cluster (``ray_init.address=auto`` or ``ray://…``): joined as is (securing it is the
 cluster owner's job: docs/security.md).
 
@@ -26,6 +27,12 @@ from hybridrl.utils.ray_security import enable_local_token_auth, loopback_only_n
 # Logical CPUs a local CPU-device cluster advertises at least: room for 2 workers × max_colocate_count
 # bundles, the TaskRunner and tests' extra pools; real parallelism is still bounded by the cores.
 MIN_LOCAL_LOGICAL_CPUS = 16
+# Ray starts its workers at niceness 15 to keep its own daemons responsive. On a local CPU cluster the workers are
+# the training itself: beside any other busy process (a browser, an editor's indexer) niceness 15 leaves them a few
+# percent of a core (nice 15 weighs 36 against nice 0's 1024 in Linux's scheduler), and a multi-threaded worker
+# stalls at every barrier. At 0 they share the CPU equally with the other work. ``RAY_worker_niceness`` set by the
+# user wins.
+CPU_WORKER_NICENESS = 0
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -72,6 +79,8 @@ def ray_init_kwargs(
     }
     if num_cpus is not None:
         kwargs["num_cpus"] = int(num_cpus)
+    if device == "cpu" and "RAY_worker_niceness" not in os.environ:
+        kwargs["_system_config"] = {"worker_niceness": CPU_WORKER_NICENESS}
     return kwargs
 
 

@@ -26,6 +26,22 @@ def test_local_cpu_cluster_gets_enough_logical_cpus_and_a_private_dashboard(monk
     assert ray_init_kwargs({"include_dashboard": True}, "cpu")["include_dashboard"] is True
 
 
+def test_local_cpu_workers_run_at_the_drivers_priority(monkeypatch, ray_cluster):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert ray_init_kwargs(None, "cpu")["_system_config"] == {"worker_niceness": 0}
+    assert "_system_config" not in ray_init_kwargs(None, "cuda")  # GPU box: Ray's default
+    monkeypatch.setenv("RAY_worker_niceness", "10")
+    assert "_system_config" not in ray_init_kwargs(None, "cpu")  # the user's own setting wins
+
+    @ray_cluster.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    # the session's cluster, started by init_ray from this process (Ray's default: this process's niceness + 15)
+    assert ray_cluster.get(niceness.remote()) == os.nice(0)
+
+
 def test_existing_cluster_is_joined_as_is(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     kwargs = ray_init_kwargs({"address": "auto", "num_cpus": 8}, "cuda")

@@ -8,13 +8,14 @@
 #   bash scripts/test.sh slow       # only the slow stage (main .venv)
 #   bash scripts/test.sh vllm       # only the vLLM stage (builds .venv-vllm if needed)
 #   bash scripts/test.sh megatron   # only the Megatron stage (builds .venv-megatron if needed)
+#   bash scripts/test.sh reliability  # only the reliability campaign's tests, fast and slow (main .venv; not in `all`)
 # HYBRIDRL_SKIP_VLLM=1 / HYBRIDRL_SKIP_MEGATRON=1 leave those stages out of `all`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE="${1:-all}"
 case "$STAGE" in
-  fast | slow | vllm | megatron | all) ;;
-  *) echo "usage: bash scripts/test.sh [fast|slow|vllm|megatron|all]" >&2; exit 2 ;;
+  fast | slow | vllm | megatron | reliability | all) ;;
+  *) echo "usage: bash scripts/test.sh [fast|slow|vllm|megatron|reliability|all]" >&2; exit 2 ;;
 esac
 VENV="${HYBRIDRL_VENV:-.venv}"
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
@@ -82,6 +83,14 @@ slow_stage() {
   run_pytest -m "slow and not vllm" -q -p no:cacheprovider --durations=40
 }
 
+reliability_stage() {
+  # The reliability and security campaign replayed (tests/reliability_campaign.py lists each case and its tests;
+  # tests/conftest.py marks those tests `reliability`): fast and slow ones, in the main .venv. `all` runs them
+  # already, in the fast and slow stages.
+  echo "[test] reliability campaign (fast and slow)"
+  run_pytest -m reliability -q -p no:cacheprovider tests
+}
+
 vllm_tests() {
   # Every file of tests/ using pytest.mark.vllm (read from the source by tests/marked_files.py;
   # tests/test_test_layout_on_cpu.py checks that every test needing vLLM carries the marker), in ONE pytest process:
@@ -146,6 +155,7 @@ if [ "$STAGE" = all ] && { [ "${HYBRIDRL_SKIP_VLLM:-0}" != "1" ] || [ "${HYBRIDR
 fi
 if [ "$STAGE" = fast ] || [ "$STAGE" = all ]; then timed "fast" fast_stage; fi
 if [ "$STAGE" = slow ] || [ "$STAGE" = all ]; then timed "slow" slow_stage; fi
+if [ "$STAGE" = reliability ]; then timed "reliability" reliability_stage; fi
 if [ -n "$ENV_BUILD_PID" ]; then
   # the wait is what the background build still costs after the fast and slow stages (usually nothing)
   timed "vLLM+Megatron envs" wait_side_envs

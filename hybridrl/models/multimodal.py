@@ -27,8 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from hybridrl.models.image_fingerprint import check_images
+
 MULTI_MODAL_INPUTS_KEY = "multi_modal_inputs"
 SUPPORTED_VISION_KEYS = ("pixel_values", "image_grid_thw")
+CHECKED_IMAGES_METRIC = "actor/image_check_samples"  # samples whose images matched the rollout's (per update)
 PACKED_KEYS = ("mm_pixel_values", "mm_num_patches", "mm_image_grid_thw", "mm_num_images")
 
 TokenFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
@@ -130,12 +133,31 @@ def forward_response_with_images(
     return token_fn(logits, responses)
 
 
-def add_packed_vision_inputs(batch: Any, non_tensor_batch: Mapping[str, Any]) -> Any:
-    """``batch`` (a ``TensorDict`` of the rows of ``non_tensor_batch``) with the packed images of its
-    ``multi_modal_inputs`` column added in place; unchanged without images."""
-    for key, value in pack_vision_inputs(list(non_tensor_batch.get(MULTI_MODAL_INPUTS_KEY, ()))).items():
+def add_packed_vision_inputs(batch: Any, non_tensor_batch: Mapping[str, Any], module: nn.Module | None = None) -> int:
+    """Add the packed images of ``non_tensor_batch``'s ``multi_modal_inputs`` column to ``batch`` (a ``TensorDict``
+    of the same rows, with ``input_ids`` and ``responses``) in place, after checking each sample's images against its
+    prompt and the rollout's fingerprint (``image_fingerprint.check_images``; ``module``: the policy, for its config).
+
+    Returns:
+        The number of samples whose images were checked (0 for a text batch).
+    """
+    rows = list(non_tensor_batch.get(MULTI_MODAL_INPUTS_KEY, ()))
+    checked = 0
+    if rows and module is not None:
+        prompt_length = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        checked = check_images(batch["input_ids"][:, :prompt_length], non_tensor_batch, _hf_config(module))
+    for key, value in pack_vision_inputs(rows).items():
         batch[key] = value.to(batch.device) if batch.device is not None else value
-    return batch
+    return checked
+
+
+def _hf_config(module: nn.Module) -> Any:
+    """The HF config of a plain, FSDP- or PEFT-wrapped model."""
+    for candidate in (module, getattr(module, "module", None), getattr(module, "_fsdp_wrapped_module", None)):
+        config = getattr(candidate, "config", None)
+        if config is not None:
+            return config
+    return None
 
 
 def vision_language_auto_class(config: Any) -> Any:

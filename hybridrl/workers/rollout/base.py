@@ -17,6 +17,7 @@ import torch
 
 from hybridrl.generation.records import SamplingParams
 from hybridrl.generation.sampling import resolve_sampling
+from hybridrl.models.image_fingerprint import FINGERPRINT_KEY, fingerprints
 from hybridrl.models.multimodal import MULTI_MODAL_INPUTS_KEY, has_images
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import remove_pad_token
@@ -47,6 +48,7 @@ class BaseRollout(ABC):
 
     sample_mode: str = "strided"
     weight_dtype: torch.dtype = torch.float32
+    image_token_id: int | None = None  # a vision-language model's image placeholder id (the image fingerprints)
 
     def __init__(self, rollout_config: Any, *, eos_token_ids: Iterable[int], pad_token_id: int) -> None:
         self.rollout_config = rollout_config
@@ -118,7 +120,9 @@ class BaseRollout(ABC):
         attention_mask = prompts.batch["attention_mask"]
         prompt_lists = remove_pad_token(input_ids, attention_mask)
         vision_rows = prompts.non_tensor_batch.get(MULTI_MODAL_INPUTS_KEY)
-        if has_images(vision_rows):
+        non_tensors = dict(prompts.non_tensor_batch)
+        if has_images(vision_rows):  # + what the model was shown, for the training side's check
+            non_tensors[FINGERPRINT_KEY] = fingerprints(prompt_lists, list(vision_rows), self.image_token_id)
             response_lists, log_prob_lists = self._generate_token_ids_with_images(prompt_lists, list(vision_rows),
                                                                                   params)
         else:
@@ -131,7 +135,7 @@ class BaseRollout(ABC):
         )
         meta_info = dict(prompts.meta_info)
         meta_info["timing"] = {**meta_info.get("timing", {}), "generate_sequences": time.perf_counter() - start}
-        return DataProto.from_dict(tensors=tensors, non_tensors=dict(prompts.non_tensor_batch), meta_info=meta_info)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
 
 
 def _refuse_images_without_inputs(non_tensor_batch: Mapping[str, Any]) -> None:

@@ -66,6 +66,7 @@ class HFRollout(BaseRollout):
         self.device = next(model.parameters()).device
         self._home_device = self.device
         self.weight_dtype = next(model.parameters()).dtype
+        self.image_token_id = getattr(model.config, "image_token_id", None)
         self.seed = seed
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._params = dict(model.named_parameters(remove_duplicate=False))
@@ -112,7 +113,9 @@ class HFRollout(BaseRollout):
     ) -> tuple[list[list[int]], list[list[float]] | None]:
         """Prompts with images: ``transformers.generate`` per micro-batch with its rows' ``pixel_values`` /
         ``image_grid_thw`` (the model computes its mrope positions from them), sampling seeded from the
-        engine's generator (so a fixed seed and step give the same samples)."""
+        engine's generator (so a fixed seed and step give the same samples). The image and video placeholder ids are
+        never sampled (a response holding one would meet no image features in the training forward: transformers'
+        "image features and image tokens do not match"); the log-probs stay those of the unmodified logits."""
         responses: list[list[int]] = []
         log_probs: list[list[float]] = []
         size = self.rollout_config.get("micro_batch_size", None) or len(prompt_token_ids)
@@ -123,10 +126,16 @@ class HFRollout(BaseRollout):
             seed = int(torch.randint(2**62, (1,), generator=self.generator, device=self.device))
             with torch.random.fork_rng(devices=[] if self.device.type == "cpu" else [self.device]):
                 torch.manual_seed(seed)
-                out_ids, out_logps = hf_generate(self.model, input_ids, attention_mask, params, **vision)
+                out_ids, out_logps = hf_generate(self.model, input_ids, attention_mask, params,
+                                                 suppress_tokens=self._vision_placeholder_ids(), **vision)
             responses.extend(out_ids)
             log_probs.extend(out_logps)
         return responses, (log_probs if params.calculate_log_probs else None)
+
+    def _vision_placeholder_ids(self) -> list[int]:
+        config = self.model.config
+        return [int(i) for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+                if i is not None]
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
         result = decode_batch(self.model, input_ids, attention_mask, params, self.generator, self.decode_options)
@@ -180,8 +189,8 @@ class HFGenerateRollout(HFRollout):
 
 
 def hf_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
-                **model_inputs: Any) -> tuple[list[list[int]], list[list[float]]]:
-    """``transformers.generate`` on left-padded prompts (+ ``model_inputs``: a VLM's ``pixel_values`` ...) →
+                **generate_kwargs: Any) -> tuple[list[list[int]], list[list[float]]]:
+    """``transformers.generate`` on left-padded prompts (+ ``generate_kwargs``: a VLM's ``pixel_values`` ...) →
     each row's response ids up to its first EOS and their log-probs at ``params.logprob_temperature``."""
     kwargs: dict[str, Any] = {"do_sample": not params.greedy, "max_new_tokens": params.max_new_tokens}
     if params.min_new_tokens > 0:  # a processor of its own: generate's min_new_tokens needs eos_token_id set
@@ -201,7 +210,7 @@ def hf_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
         return_dict_in_generate=True,
         use_cache=True,
         **kwargs,
-        **model_inputs,
+        **generate_kwargs,
     )
     generated = out.sequences[:, input_ids.shape[1] :]
     logits = torch.stack(out.logits, dim=1).float() / params.logprob_temperature  # [B, r, V]

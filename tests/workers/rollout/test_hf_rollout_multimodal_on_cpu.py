@@ -52,6 +52,7 @@ def test_greedy_equals_generate_and_output_keeps_images(tmp_path, qwen2_vl):
         expected = model.generate(
             input_ids=prompts.batch["input_ids"], attention_mask=prompts.batch["attention_mask"],
             **concat_vision_inputs(inputs), do_sample=False, max_new_tokens=RESPONSE_LENGTH, eos_token_id=None,
+            suppress_tokens=[model.config.image_token_id, model.config.video_token_id],  # as the engine does
         )[:, -RESPONSE_LENGTH:]
     responses = out.batch["responses"]
     assert responses.shape == (2 * rows, RESPONSE_LENGTH)
@@ -87,6 +88,7 @@ def test_sampled_tokens_change_with_the_image(tmp_path, qwen2_vl):
     first = sample(rows, "a")
     assert torch.equal(first, sample(rows, "b"))  # same seed, step and images: the same samples
     assert not torch.equal(first, sample(swapped, "c"))  # the same text with other images: other samples
+    assert not bool((first == model.config.image_token_id).any())  # placeholders are never sampled
 
 
 def test_images_without_inputs_are_refused(tmp_path, qwen2_vl):

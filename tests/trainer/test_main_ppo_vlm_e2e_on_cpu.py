@@ -42,4 +42,5 @@ def test_grpo_on_images_two_steps(tiny_vlm_dir, tmp_path):
             assert math.isfinite(metrics[step][name]), (step, name)
     assert metrics[1]["actor/grad_norm"] > 0
     assert metrics[1]["training/rollout_probs_diff_max"] < 1e-3
+    assert metrics[1]["actor/image_check_samples"] > 0  # each rank's samples met the rollout's image fingerprints
     assert any(key.startswith("val-core/shapes/") for key in metrics[2]), sorted(metrics[2])

@@ -1,5 +1,5 @@
-"""Preflight of the model folders: every ``*.safetensors`` file holds the bytes its header declares, and the
-policy is not a vision-language model (multimodal RL is not supported yet: refused rather than trained blind).
+"""Preflight of the model folders: every ``*.safetensors`` file holds the bytes its header declares, and a
+vision-language policy runs only where the images reach the model (refused rather than trained blind).
 
 A copy or download cut short leaves a ``model.safetensors`` whose header (at the front) is intact but whose
 tensors end early; loading it failed in a worker, minutes after Ray started, with safetensors' bare
@@ -15,7 +15,7 @@ import os
 
 from omegaconf import DictConfig
 
-from hybridrl.config.access import MODEL, get
+from hybridrl.config.access import ACTOR, MODEL, ROLLOUT, get, need_critic
 from hybridrl.config.errors import ConfigProblem
 
 __all__ = ["check_model_files", "check_text_only_policy", "safetensors_problem"]
@@ -35,30 +35,70 @@ def check_model_files(config: DictConfig) -> list[ConfigProblem]:
 
 
 def check_text_only_policy(config: DictConfig) -> list[ConfigProblem]:
-    """A problem when ``actor_rollout_ref.model.path`` is a vision-language model (its ``config.json`` has a
-    ``vision_config``): the datasets would read its images, but no rollout or training forward passes them to the
-    model yet, so a run would train on image placeholders the model never sees."""
+    """Problems when ``actor_rollout_ref.model.path`` is a vision-language model (its ``config.json`` has a
+    ``vision_config``) outside what passes images to the model: a Qwen2-VL / Qwen2.5-VL / Qwen3-VL policy with the
+    sync hf rollout, padded FSDP forwards, no critic, reward model or LoRA (``hybridrl/models/multimodal.py``).
+    Anything else would train on image placeholders the model never sees, so it is refused before Ray starts."""
     key = f"{MODEL}.path"
-    config_file = os.path.join(os.path.expanduser(str(get(config, key) or "")), "config.json")
-    if not os.path.isfile(config_file):
+    folder = os.path.expanduser(str(get(config, key) or ""))
+    model_config = _read_json(os.path.join(folder, "config.json"))
+    if model_config is None or "vision_config" not in model_config:
         return []
-    try:
-        with open(config_file, encoding="utf-8") as handle:
-            model_config = json.load(handle)
-    except (OSError, ValueError):
-        return []  # transformers names an unreadable config.json itself
-    if not isinstance(model_config, dict) or "vision_config" not in model_config:
-        return []
-    return [
-        ConfigProblem(
+    model_type = model_config.get("model_type", "?")
+    if model_type not in VISION_LANGUAGE_TYPES:
+        return [ConfigProblem(
             key,
-            f"{os.path.dirname(config_file)} is a vision-language model ({model_config.get('model_type', '?')}): "
-            "multimodal RL is not supported yet (the datasets read images, but the rollout and the training forwards "
-            "do not pass them to the model, so it would be trained on image placeholders it never sees).",
-            "train a text-only model; what works today for vision-language models is listed in docs/status.md "
-            "(Not supported yet).",
-        )
+            f"{folder} is a vision-language model ({model_type}): multimodal RL is not supported yet for this "
+            f"family (the rollout and the training forwards pass images only to {list(VISION_LANGUAGE_TYPES)}).",
+            "train a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model or a text-only one; what works today for "
+            "vision-language models is listed in docs/status.md.",
+        )]
+    return [
+        ConfigProblem(where, f"{folder} is a vision-language model ({model_type}), and {problem}", fix)
+        for where, problem, fix in _vision_language_run_problems(config)
     ]
+
+
+VISION_LANGUAGE_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
+def _vision_language_run_problems(config: DictConfig) -> list[tuple[str, str, str]]:
+    """(key, problem, fix) for each setting of the run that does not pass images to the model yet."""
+    checks = [
+        (f"{ROLLOUT}.name", get(config, f"{ROLLOUT}.name") in ("hf", "hf_generate"),
+         "only the hf rollout passes images to the model so far.", "set actor_rollout_ref.rollout.name=hf."),
+        (f"{ROLLOUT}.mode", get(config, f"{ROLLOUT}.mode") == "sync",
+         "the async server and the agent loop do not pass images yet.", "set actor_rollout_ref.rollout.mode=sync."),
+        ("data.return_multi_modal_inputs", bool(get(config, "data.return_multi_modal_inputs")),
+         "the rollout and the training forwards read the images from multi_modal_inputs.",
+         "set data.return_multi_modal_inputs=True."),
+        (f"{MODEL}.use_remove_padding", not get(config, f"{MODEL}.use_remove_padding"),
+         "the packed forward does not take images yet.", "set actor_rollout_ref.model.use_remove_padding=False."),
+        (f"{ACTOR}.ulysses_sequence_parallel_size", int(get(config, f"{ACTOR}.ulysses_sequence_parallel_size") or 1)
+         == 1, "Ulysses sequence parallelism does not take images yet.",
+         "set actor_rollout_ref.actor.ulysses_sequence_parallel_size=1."),
+        (f"{ACTOR}.strategy", str(get(config, f"{ACTOR}.strategy")) in ("fsdp", "fsdp2"),
+         "only the FSDP actor passes images to the model so far.", "set actor_rollout_ref.actor.strategy=fsdp2."),
+        (f"{MODEL}.lora_rank", not int(get(config, f"{MODEL}.lora_rank") or 0),
+         "LoRA on a vision-language model is not supported yet.", "set actor_rollout_ref.model.lora_rank=0."),
+        ("critic.enable", not need_critic(config), "a critic does not take images yet.",
+         "use a critic-free estimator (algorithm.adv_estimator=grpo) or critic.enable=False."),
+        ("reward_model.enable", not get(config, "reward_model.enable"), "a reward model does not take images yet.",
+         "score with a rule-based reward function (reward_model.enable=False)."),
+    ]
+    return [(key, problem, fix) for key, supported, problem, fix in checks if not supported]
+
+
+def _read_json(path: str) -> dict | None:
+    """The JSON object in ``path``; None when absent or unreadable (transformers names a bad config.json itself)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _folder_problems(key: str, folder: str) -> list[ConfigProblem]:

@@ -245,11 +245,25 @@ def test_resume_folder_with_a_deleted_shard_is_found_before_ray(tiny_model_dir, 
     assert f"trainer.resume_from_path={root / 'global_step_1'}" in message
 
 
-def test_a_vision_language_policy_is_refused_before_ray(tiny_vlm_dir, tiny_model_dir, data_files, tmp_path):
-    """The datasets read images, the rollout and the actor do not yet: a VLM run would train blind, so it stops."""
+def test_a_vision_language_policy_is_refused_before_ray_where_images_do_not_reach_it(
+    tiny_vlm_dir, tiny_model_dir, data_files, tmp_path
+):
+    """Images reach a Qwen-VL policy only on the sync hf rollout and the padded FSDP forwards, without a critic, reward
+    model or LoRA: every other setting is named before Ray starts (a run would train blind)."""
+    from hybridrl.config.preflight_model import check_text_only_policy
+
     vlm = tiny_vlm_dir("qwen2_vl")
-    config = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={vlm}")
+    config = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={vlm}",
+                     "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=gae")
     message = _preflight_error(config)
-    assert f"actor_rollout_ref.model.path: {vlm} is a vision-language model (qwen2_vl): multimodal RL is not " \
-           "supported yet" in message
-    assert "train a text-only model" in message
+    for key in ("rollout.name", "rollout.mode", "model.use_remove_padding", "critic.enable"):
+        assert f"{key}: {vlm} is a vision-language model (qwen2_vl), and " in message, key
+    assert "set actor_rollout_ref.rollout.mode=sync" in message
+    supported = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={vlm}",
+                        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.mode=sync",
+                        "actor_rollout_ref.model.use_remove_padding=False", "algorithm.adv_estimator=grpo")
+    assert check_text_only_policy(supported) == []
+    idefics3 = tiny_vlm_dir("idefics3")
+    message = _preflight_error(_config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={idefics3}"))
+    assert f"{idefics3} is a vision-language model (idefics3): multimodal RL is not supported yet for this family" \
+        in message

@@ -76,7 +76,8 @@ Metrics = dict[str, Any]
 
 # Keys the rollout needs; everything else stays on the driver-side batch (verl 0.5's _get_gen_batch).
 _GEN_TENSOR_KEYS = ["input_ids", "attention_mask", "position_ids"]
-_GEN_NON_TENSOR_KEYS = ["raw_prompt_ids", "multi_modal_data", "raw_prompt", "tools_kwargs", "interaction_kwargs"]
+_GEN_NON_TENSOR_KEYS = ["raw_prompt_ids", "multi_modal_data", "multi_modal_inputs", "raw_prompt",
+                         "tools_kwargs", "interaction_kwargs"]
 TIMING_PREFIX = "timing_s/"
 # PF-PPO's resampling draws from a stream fixed by (data.seed, step): seed · _SEED_STRIDE + step.
 _SEED_STRIDE = 1_000_003

@@ -51,10 +51,14 @@ def default_compute_score(
         from hybridrl.utils.reward_score import countdown
 
         res = countdown.compute_score(solution_str, ground_truth)
+    elif data_source == "shapes":
+        from hybridrl.utils.reward_score import shapes
+
+        res = shapes.compute_score(solution_str, ground_truth)
     else:
         raise NotImplementedError(
             f"Reward function is not implemented for {data_source=}. Known data sources: openai/gsm8k, "
-            f"{', '.join(MATH_SOURCES)}, {', '.join(CODE_SOURCES)}, arithmetic, countdown. "
+            f"{', '.join(MATH_SOURCES)}, {', '.join(CODE_SOURCES)}, arithmetic, countdown, shapes. "
             "For other data, set custom_reward_function.path=<file.py> custom_reward_function.name=<function>."
         )
     if isinstance(res, dict):

@@ -46,6 +46,7 @@ from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, 
 from hybridrl.config.batch_plan import ForwardPlan, RolePlan
 from hybridrl.config.errors import warn_once
 from hybridrl.config.worker_plan import update_split
+from hybridrl.models.multimodal import CHECKED_IMAGES_METRIC, add_packed_vision_inputs
 from hybridrl.models.transformers.logprob_fused import token_logprobs, token_sum_pi_squared
 from hybridrl.protocol import DataProto
 from hybridrl.utils.config_defaults import is_filled, section_with_defaults
@@ -308,6 +309,7 @@ class DataParallelPPOActor(BasePPOActor):
         meta = data.meta_info
         temperature = self._call_temperature(meta)
         batch = data.select(batch_keys=_LOG_PROB_KEYS + _optional_keys(data, ROUTED_EXPERTS_KEY)).batch
+        add_packed_vision_inputs(batch, data.non_tensor_batch, self.actor_module)
         micro_batches, order = self._log_prob_micro_batches(batch, meta, micro_batching)
         with torch.no_grad():
             outputs = self._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared)
@@ -404,6 +406,7 @@ class DataParallelPPOActor(BasePPOActor):
                 )
             keys.remove("old_log_probs")
         batch = data.select(batch_keys=keys).batch
+        checked_image_samples = add_packed_vision_inputs(batch, data.non_tensor_batch, self.actor_module)
         split = self._update_split
         metrics: dict[str, list[float]] = {}
         self._routing_captures = [] if self.moe.start_update() else None
@@ -423,6 +426,8 @@ class DataParallelPPOActor(BasePPOActor):
                     metrics.setdefault(key, []).extend(values)
                 append_to_dict(metrics, {"actor/grad_norm": self._optimizer_step()})
         self.actor_optimizer.zero_grad()
+        if checked_image_samples:  # the rollout/training image check (hybridrl/models/image_fingerprint.py)
+            metrics[CHECKED_IMAGES_METRIC] = [float(checked_image_samples)]
         if self._routing_captures is not None:
             append_to_dict(metrics, self.moe.load_metrics(self._routing_captures))
             self._routing_captures = None

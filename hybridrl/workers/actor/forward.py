@@ -32,6 +32,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from hybridrl.models.families import FastPath, runs_fast_path
+from hybridrl.models.multimodal import forward_response_with_images, uses_vision_forward
 from hybridrl.models.transformers.varlen_attention import packed_attention_kwargs
 from hybridrl.utils import ulysses
 from hybridrl.utils.remove_padding import all_padding_columns, pack_sequences
@@ -64,6 +65,8 @@ def forward_response(
     Returns:
         Each tensor of ``token_fn`` at the response positions: ``[B, R]``.
     """
+    if uses_vision_forward(micro_batch):  # images or mrope positions: hybridrl/models/multimodal.py
+        return forward_response_with_images(module, micro_batch, token_fn, use_remove_padding)
     response_length = micro_batch["responses"].shape[-1]
     input_ids = micro_batch["input_ids"]
     attention_mask = micro_batch["attention_mask"]

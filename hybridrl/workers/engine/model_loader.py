@@ -1,6 +1,6 @@
 """Load Hugging Face models and tokenizers the way verl's workers do.
 
-- causal LMs (actor, ref) via ``AutoModelForCausalLM``;
+- causal LMs (actor, ref) via ``AutoModelForCausalLM`` (a vision-language model: ``AutoModelForImageTextToText``);
 - token-classification models (critic, reward model) via ``AutoModelForTokenClassification`` with
   ``num_labels=1`` and ``classifier_dropout=0`` (a scalar head on every token).
 
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from hybridrl.models.families import FastPath, runs_fast_path
+from hybridrl.models.multimodal import vision_language_auto_class
 from hybridrl.models.transformers.varlen_attention import use_varlen_attention
 from hybridrl.utils.fs import copy_to_local
 from hybridrl.utils.model import update_model_config
@@ -61,7 +62,7 @@ def load_hf_model(
             choice, except that ``sdpa`` becomes ``hybridrl_varlen`` (packed rows without a dense mask) for the
             families the model registry lists for it.
     """
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification
 
     if kind not in _MODEL_KINDS:
         raise ValueError(f"kind={kind!r} is not supported; use one of {_MODEL_KINDS}.")
@@ -71,7 +72,7 @@ def load_hf_model(
     if kind == "token_classification":
         config.num_labels = 1
         config.classifier_dropout = 0.0
-    auto_cls = AutoModelForCausalLM if kind == "causal_lm" else AutoModelForTokenClassification
+    auto_cls = vision_language_auto_class(config) if kind == "causal_lm" else AutoModelForTokenClassification
     kwargs: dict[str, Any] = {"config": config, "dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation

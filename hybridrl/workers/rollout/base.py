@@ -17,6 +17,8 @@ import torch
 
 from hybridrl.generation.records import SamplingParams
 from hybridrl.generation.sampling import resolve_sampling
+from hybridrl.models.image_fingerprint import FINGERPRINT_KEY, fingerprints
+from hybridrl.models.multimodal import MULTI_MODAL_INPUTS_KEY, has_images
 from hybridrl.protocol import DataProto
 from hybridrl.utils.torch_functional import remove_pad_token
 from hybridrl.workers.rollout.output import build_rollout_tensors, pad_log_probs, pad_responses
@@ -46,6 +48,7 @@ class BaseRollout(ABC):
 
     sample_mode: str = "strided"
     weight_dtype: torch.dtype = torch.float32
+    image_token_id: int | None = None  # a vision-language model's image placeholder id (the image fingerprints)
 
     def __init__(self, rollout_config: Any, *, eos_token_ids: Iterable[int], pad_token_id: int) -> None:
         self.rollout_config = rollout_config
@@ -62,6 +65,16 @@ class BaseRollout(ABC):
 
         Returns the response ids and, when ``params.calculate_log_probs``, their log-probs (else None).
         """
+
+    def _generate_token_ids_with_images(
+        self, prompt_token_ids: list[list[int]], vision_rows: list[Any], params: SamplingParams
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """As ``_generate_token_ids`` for prompts whose rows carry images (``vision_rows``: each row's
+        ``multi_modal_inputs``, see ``hybridrl/models/multimodal.py``); engines that take images override it."""
+        raise NotImplementedError(
+            f"rollout.name={self.rollout_config.get('name')!r} does not pass images to the model yet: prompts with "
+            "images need actor_rollout_ref.rollout.name=hf (or hf_generate)"
+        )
 
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -106,7 +119,15 @@ class BaseRollout(ABC):
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
         prompt_lists = remove_pad_token(input_ids, attention_mask)
-        response_lists, log_prob_lists = self._generate_token_ids(prompt_lists, params)
+        vision_rows = prompts.non_tensor_batch.get(MULTI_MODAL_INPUTS_KEY)
+        non_tensors = dict(prompts.non_tensor_batch)
+        if has_images(vision_rows):  # + what the model was shown, for the training side's check
+            non_tensors[FINGERPRINT_KEY] = fingerprints(prompt_lists, list(vision_rows), self.image_token_id)
+            response_lists, log_prob_lists = self._generate_token_ids_with_images(prompt_lists, list(vision_rows),
+                                                                                  params)
+        else:
+            _refuse_images_without_inputs(prompts.non_tensor_batch)
+            response_lists, log_prob_lists = self._generate_token_ids(prompt_lists, params)
         responses = pad_responses(response_lists, params.max_new_tokens, params.pad_token_id)
         log_probs = pad_log_probs(log_prob_lists, params.max_new_tokens) if log_prob_lists is not None else None
         tensors = build_rollout_tensors(
@@ -114,4 +135,14 @@ class BaseRollout(ABC):
         )
         meta_info = dict(prompts.meta_info)
         meta_info["timing"] = {**meta_info.get("timing", {}), "generate_sequences": time.perf_counter() - start}
-        return DataProto.from_dict(tensors=tensors, non_tensors=dict(prompts.non_tensor_batch), meta_info=meta_info)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+
+
+def _refuse_images_without_inputs(non_tensor_batch: Mapping[str, Any]) -> None:
+    """Prompts with images but no processed vision inputs would be generated blind: refuse them."""
+    data = non_tensor_batch.get("multi_modal_data")
+    if data is not None and any(row and row.get("image") for row in data):
+        raise ValueError(
+            "the prompts carry images (multi_modal_data) but no multi_modal_inputs, so the rollout cannot show them "
+            "to the model: set data.return_multi_modal_inputs=True"
+        )

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from hybridrl.generation.records import SamplingParams
+from hybridrl.models.multimodal import concat_vision_inputs, vision_language_auto_class
 from hybridrl.protocol import DataProto
 from hybridrl.workers.rollout.base import BaseRollout
 from hybridrl.workers.rollout.decoding import DecodeOptions, decode_batch
@@ -65,6 +66,7 @@ class HFRollout(BaseRollout):
         self.device = next(model.parameters()).device
         self._home_device = self.device
         self.weight_dtype = next(model.parameters()).dtype
+        self.image_token_id = getattr(model.config, "image_token_id", None)
         self.seed = seed
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._params = dict(model.named_parameters(remove_duplicate=False))
@@ -105,6 +107,35 @@ class HFRollout(BaseRollout):
             responses.extend(out_ids)
             log_probs.extend(out_logps)
         return responses, (log_probs if params.calculate_log_probs else None)
+
+    def _generate_token_ids_with_images(
+        self, prompt_token_ids: list[list[int]], vision_rows: list[Any], params: SamplingParams
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """Prompts with images: ``transformers.generate`` per micro-batch with its rows' ``pixel_values`` /
+        ``image_grid_thw`` (the model computes its mrope positions from them), sampling seeded from the
+        engine's generator (so a fixed seed and step give the same samples). The image and video placeholder ids are
+        never sampled (a response holding one would meet no image features in the training forward: transformers'
+        "image features and image tokens do not match"); the log-probs stay those of the unmodified logits."""
+        responses: list[list[int]] = []
+        log_probs: list[list[float]] = []
+        size = self.rollout_config.get("micro_batch_size", None) or len(prompt_token_ids)
+        for start in range(0, len(prompt_token_ids), size):
+            input_ids, attention_mask = left_pad(prompt_token_ids[start : start + size], params.pad_token_id,
+                                                 self.device)
+            vision = {k: v.to(self.device) for k, v in concat_vision_inputs(vision_rows[start : start + size]).items()}
+            seed = int(torch.randint(2**62, (1,), generator=self.generator, device=self.device))
+            with torch.random.fork_rng(devices=[] if self.device.type == "cpu" else [self.device]):
+                torch.manual_seed(seed)
+                out_ids, out_logps = hf_generate(self.model, input_ids, attention_mask, params,
+                                                 suppress_tokens=self._vision_placeholder_ids(), **vision)
+            responses.extend(out_ids)
+            log_probs.extend(out_logps)
+        return responses, (log_probs if params.calculate_log_probs else None)
+
+    def _vision_placeholder_ids(self) -> list[int]:
+        config = self.model.config
+        return [int(i) for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+                if i is not None]
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
         result = decode_batch(self.model, input_ids, attention_mask, params, self.generator, self.decode_options)
@@ -154,29 +185,37 @@ class HFGenerateRollout(HFRollout):
     """verl's HF rollout: ``transformers.generate`` (the reference for the fast loop)."""
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams):
-        kwargs: dict[str, Any] = {"do_sample": not params.greedy, "max_new_tokens": params.max_new_tokens}
-        if params.min_new_tokens > 0:  # a processor of its own: generate's min_new_tokens needs eos_token_id set
-            from transformers import LogitsProcessorList, MinNewTokensLengthLogitsProcessor
+        return hf_generate(self.model, input_ids, attention_mask, params)
 
-            kwargs["logits_processor"] = LogitsProcessorList([MinNewTokensLengthLogitsProcessor(
-                input_ids.shape[1], params.min_new_tokens, list(params.eos_token_ids), device=str(input_ids.device))])
-        if not params.greedy:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
-        eos = None if params.ignore_eos else list(params.eos_token_ids)
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            eos_token_id=eos,
-            pad_token_id=params.pad_token_id,
-            output_logits=True,
-            return_dict_in_generate=True,
-            use_cache=True,
-            **kwargs,
-        )
-        generated = out.sequences[:, input_ids.shape[1] :]
-        logits = torch.stack(out.logits, dim=1).float() / params.logprob_temperature  # [B, r, V]
-        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-        return _strip_after_eos(generated, log_probs, params)
+
+def hf_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
+                **generate_kwargs: Any) -> tuple[list[list[int]], list[list[float]]]:
+    """``transformers.generate`` on left-padded prompts (+ ``generate_kwargs``: a VLM's ``pixel_values`` ...) →
+    each row's response ids up to its first EOS and their log-probs at ``params.logprob_temperature``."""
+    kwargs: dict[str, Any] = {"do_sample": not params.greedy, "max_new_tokens": params.max_new_tokens}
+    if params.min_new_tokens > 0:  # a processor of its own: generate's min_new_tokens needs eos_token_id set
+        from transformers import LogitsProcessorList, MinNewTokensLengthLogitsProcessor
+
+        kwargs["logits_processor"] = LogitsProcessorList([MinNewTokensLengthLogitsProcessor(
+            input_ids.shape[1], params.min_new_tokens, list(params.eos_token_ids), device=str(input_ids.device))])
+    if not params.greedy:
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
+    eos = None if params.ignore_eos else list(params.eos_token_ids)
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        eos_token_id=eos,
+        pad_token_id=params.pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+        use_cache=True,
+        **kwargs,
+        **generate_kwargs,
+    )
+    generated = out.sequences[:, input_ids.shape[1] :]
+    logits = torch.stack(out.logits, dim=1).float() / params.logprob_temperature  # [B, r, V]
+    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+    return _strip_after_eos(generated, log_probs, params)
 
 
 def _strip_after_eos(generated: torch.Tensor, log_probs: torch.Tensor, params: SamplingParams):
@@ -212,14 +251,15 @@ def build_hf_engine_model(
     """
     import os
 
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
 
     dtype = resolve_dtype(rollout_config.dtype)
     trust = bool(model_config.trust_remote_code)
     if actor_module is None:
         path = os.path.expanduser(model_config.get("path"))
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
+        auto_class = vision_language_auto_class(AutoConfig.from_pretrained(path, trust_remote_code=trust))
+        model = auto_class.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
     else:
-        model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype, trust_remote_code=trust)
+        model = vision_language_auto_class(hf_config).from_config(hf_config, dtype=dtype, trust_remote_code=trust)
     device = torch.device("cuda", torch.cuda.current_device()) if device_name == "cuda" else torch.device(device_name)
     return model.to(device).eval()

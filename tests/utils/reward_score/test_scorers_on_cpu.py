@@ -1,4 +1,4 @@
-"""Rule scorers with hand-written cases: gsm8k (strict/flexible), MATH boxed, arithmetic, countdown, dispatch."""
+"""Rule scorers with hand-written cases: gsm8k (strict/flexible), MATH boxed, arithmetic, countdown, shapes, dispatch."""
 
 import pytest
 
@@ -7,6 +7,7 @@ from hybridrl.utils.reward_score import math as math_score
 from hybridrl.utils.reward_score.arithmetic import compute_score as arithmetic_score
 from hybridrl.utils.reward_score.countdown import compute_score as countdown_score
 from hybridrl.utils.reward_score.countdown import evaluate_equation
+from hybridrl.utils.reward_score.shapes import compute_score as shapes_score
 
 
 # ---------------------------------------------------------------------------- gsm8k
@@ -123,6 +124,18 @@ def test_countdown_evaluator_is_not_eval():
             evaluate_equation(bad)
 
 
+# ---------------------------------------------------------------------------- shapes
+@pytest.mark.parametrize("text, score", [
+    ("Red", 1.0),
+    ("The shape is red.", 1.0),
+    ("blue, no: red", 0.0),  # the first colour word counts
+    ("reddish", 0.0),  # whole words only
+    ("no idea", 0.0),
+])
+def test_shapes(text, score):
+    assert shapes_score(text, "red") == score
+
+
 # ---------------------------------------------------------------------------- dispatch
 def test_default_compute_score_dispatch():
     assert default_compute_score("openai/gsm8k", "#### 5", "5") == 1.0
@@ -130,6 +143,7 @@ def test_default_compute_score_dispatch():
         assert default_compute_score(source, r"\boxed{5}", "5") == 1.0
     assert default_compute_score("arithmetic", "12", "12") == 1.0
     assert default_compute_score("countdown", "<answer>4*6*1</answer>", GT) == 1.0
+    assert default_compute_score("shapes", "green", "green") == 1.0
     assert isinstance(default_compute_score("openai/gsm8k", "nothing", "5"), float)  # 0 → 0.0
     with pytest.raises(NotImplementedError, match="my/new_dataset"):
         default_compute_score("my/new_dataset", "x", "y")

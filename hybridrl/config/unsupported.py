@@ -107,7 +107,6 @@ _VERL_09_LACKED: tuple[Unsupported, ...] = (
             "set actor_rollout_ref.rollout.multi_turn.function_tool_path"),
     _lacked("data.image_patch_size", "Multimodal inputs"),
     _lacked("data.audio_key", "Audio inputs"),
-    _lacked("data.mm_processor_kwargs", "Multimodal processor options"),
     _lacked("data.continuous_token.*", "Continuous-token (tokenizer-free) prompts"),
     # --- reward: verl 0.9's reward workers ---
     _lacked("reward.reward_model.rollout.*", _REWARD_LOOP),
@@ -246,6 +245,7 @@ READ_AS_IS: dict[str, str] = {
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": "the hf rollout records routed experts (R3)",
     "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": "expert-load metrics of the actor's updates",
     "algorithm.rollout_correction.*": "rollout correction (trainer/ppo/rollout_corr_*, docs/rollout-correction.md)",
+    "data.mm_processor_kwargs": "passed to the multimodal processor by RLHFDataset",
     "trainer.use_v1": "accepted, one trainer (the async modes are trainer.v1.trainer_mode)",
     "trainer.v1.*": "the async trainer modes (docs/async-training.md)",
     "algorithm.filter_groups.*": "DAPO dynamic sampling (recipes/dapo)",

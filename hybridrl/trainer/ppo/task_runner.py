@@ -65,6 +65,9 @@ def build_role_mapping(config: DictConfig) -> tuple[dict, dict, dict]:
         role_worker_mapping[Role.RewardModel] = ray.remote(
             import_worker_class(config.reward_model.strategy, "reward_model", "reward_model.strategy"))
         mapping[Role.RewardModel] = _own_pool(config.reward_model, "reward_pool", resource_pool_spec) or global_pool
+    if config.distillation.enabled:  # the teachers' pool (trainer/distillation/teachers.py spawns them on it)
+        distillation = config.distillation
+        resource_pool_spec["distillation_pool"] = [int(distillation.n_gpus_per_node)] * int(distillation.nnodes)
     return role_worker_mapping, resource_pool_spec, mapping
 
 

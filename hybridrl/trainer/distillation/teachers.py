@@ -75,7 +75,7 @@ class Teachers:
             raise KeyError(f"distillation.teacher_key={self.teacher_key!r} is not a field of the batch (it has "
                            f"{sorted(batch.non_tensor_batch)}); set it to the field that names each sample's teacher")
         values = np.asarray([str(value) for value in batch.non_tensor_batch[self.teacher_key]])
-        unknown = sorted(set(values) - set(self.groups))
+        unknown = sorted(str(value) for value in set(values) - set(self.groups))
         if unknown:
             raise ValueError(f"samples with {self.teacher_key}={unknown} have no teacher: the teachers' keys are "
                              f"{sorted(self.groups)} (distillation.teacher_models.<name>.key)")

@@ -7,7 +7,7 @@ run goes on without it.
 A row's key may be a pattern (``fnmatch``: ``*.profiler.tool_config.*``) and its test :data:`NON_DEFAULT`: every
 key of the shipped YAML the pattern matches is accepted at its default and refused (or warned about) when set to
 anything else. That is how the keys of verl 0.9's capabilities hybridrl lacks (TransferQueue, profilers, MTP,
-on-policy distillation, ...) are held: they compose, as in verl, and are never silently ignored.
+served distillation teachers, ...) are held: they compose, as in verl, and are never silently ignored.
 :data:`READ_AS_IS` lists the verl 0.9 keys hybridrl reads with verl's meaning, and the aliases of
 :mod:`hybridrl.utils.config_aliases` the ones it reads under their verl 0.5 names; a test checks that every key
 verl 0.9 added is in one of the three.

@@ -56,7 +56,9 @@ TOPK_LOSS_MODES: tuple[str, ...] = ("forward_kl_topk",)
 _DUAL_CLIP_RATIO_C = 3.0
 
 
-def reverse_kl_estimate(student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, loss_mode: str) -> torch.Tensor:
+def reverse_kl_estimate(
+    student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, loss_mode: str
+) -> torch.Tensor:
     """Per-token reverse KL estimate ℓ_t of KL(student ‖ teacher) from the sampled token.
 
     Args:

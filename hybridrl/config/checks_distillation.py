@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from hybridrl.config.access import ACTOR, get
+from hybridrl.config.access import ACTOR, REF, get
 from hybridrl.config.errors import ConfigProblem
 
 __all__ = ["RUNNABLE_LOSS_MODES", "SINGLE_TEACHER_KEY", "TeacherSpec", "check_distillation", "teacher_specs"]
@@ -62,6 +62,12 @@ def check_distillation(config: DictConfig) -> list[ConfigProblem]:
     if get(config, f"{ACTOR}.strategy") == "megatron":
         problems.append(ConfigProblem(f"{ACTOR}.strategy", "on-policy distillation with a Megatron actor and "
                                       "teacher is not implemented.", "use actor_rollout_ref.actor.strategy=fsdp2."))
+    sizes = ("log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz")
+    if not any(get(config, f"{REF}.{name}") for name in sizes):
+        key = f"{REF}.log_prob_micro_batch_size_per_gpu"
+        problems.append(ConfigProblem(key, "the teachers compute their log-probs in the reference policy's "
+                                      "micro-batches, and none is set.", f"set {key}=<samples per forward>, or "
+                                      f"{REF}.log_prob_use_dynamic_bsz=True."))
     return problems + _teacher_problems(config)
 
 

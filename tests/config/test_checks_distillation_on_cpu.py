@@ -10,7 +10,8 @@ from hybridrl.config.checks_distillation import RUNNABLE_LOSS_MODES, check_disti
 from hybridrl.config.unsupported import check_unsupported
 
 ENABLED = ["distillation.enabled=True", "distillation.n_gpus_per_node=1", "distillation.nnodes=1",
-           "distillation.teacher_models.teacher_model.model_path=/teacher", "actor_rollout_ref.rollout.name=hf"]
+           "distillation.teacher_models.teacher_model.model_path=/teacher", "actor_rollout_ref.rollout.name=hf",
+           "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"]
 
 
 def _problems(*overrides: str) -> dict[str, str]:
@@ -31,9 +32,12 @@ def test_a_single_hf_teacher_with_k3_passes_and_disabled_checks_nothing():
     (["distillation.distillation_loss.loss_mode=forward_kl_topk"], "distillation.distillation_loss.loss_mode",
      "forward_kl_topk"),
     (["distillation.distillation_loss.loss_mode=k1"], "distillation.distillation_loss.loss_mode", "supervised k1"),
-    (["distillation.distillation_loss.use_policy_gradient=True", "distillation.distillation_loss.policy_loss_mode=gspo"],
+    (["distillation.distillation_loss.use_policy_gradient=True",
+      "distillation.distillation_loss.policy_loss_mode=gspo"],
      "distillation.distillation_loss.policy_loss_mode", "vanilla"),
     (["distillation.nnodes=0"], "distillation.nnodes", ">= 1"),
+    (["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"],
+     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "reference policy's micro-batches"),
     (["distillation.teacher_models.teacher_model.inference.name=vllm"],
      "distillation.teacher_models.teacher_model.inference.name", "served vllm teacher"),
     (["distillation.teacher_models.teacher_model.model_path=null"],

@@ -66,7 +66,8 @@ def compute_forward_kl_topk(config: Any, distillation_config: Any, model_output:
     }
     if "overlap_count" in out:
         count = out["overlap_count"]
-        metrics["distillation/overlap_ratio"] = float(count[mask].float().mean()) / distillation_config.distillation_loss.topk
+        topk = distillation_config.distillation_loss.topk
+        metrics["distillation/overlap_ratio"] = float(count[mask].float().mean()) / topk
         overlapping = mask & (count > 0)
         advantage = out["overlap_token_advantage"][overlapping]
         metrics["distillation/overlap_token_advantage"] = float(advantage.mean()) if advantage.numel() else 0.0

@@ -96,8 +96,8 @@ def spawn_teachers(config: DictConfig, pools: dict[str, RayResourcePool], ray_wo
     from hybridrl.config.worker_classes import import_worker_class
 
     if DISTILLATION_POOL not in pools:
-        raise ValueError(f"distillation.enabled=True needs a resource pool named {DISTILLATION_POOL!r} "
-                         f"(main_ppo adds it: [distillation.n_gpus_per_node] * distillation.nnodes); pools: {sorted(pools)}")
+        raise ValueError(f"distillation.enabled=True needs a resource pool named {DISTILLATION_POOL!r} (main_ppo "
+                         f"adds it: [distillation.n_gpus_per_node] * distillation.nnodes); pools: {sorted(pools)}")
     pool = pools[DISTILLATION_POOL]
     worker_cls = ray.remote(import_worker_class(config.actor_rollout_ref.actor.strategy, "policy",
                                                 "actor_rollout_ref.actor.strategy"))

@@ -1,8 +1,9 @@
 """verl 0.9's ``tests/workers/test_distillation_topk_symmetry_on_cpu.py``, imports renamed verl → hybridrl.
 
-Ported: ``test_forward_kl_topk_emits_overlap_metrics`` and ``test_forward_kl_topk_metric_aggregation_for_overlap_outputs``
-(the top-k loss's overlap diagnostics and their metrics). Not ported: ``test_distillation_outputs_emitted_in_both_padding_modes``,
-which stubs verl's ``FSDPEngineWithLMHead.prepare_model_outputs`` (verl's new engine; hybridrl has no such engine method).
+Ported: ``test_forward_kl_topk_emits_overlap_metrics`` and
+``test_forward_kl_topk_metric_aggregation_for_overlap_outputs`` (the top-k loss's overlap diagnostics and their
+metrics). Not ported: ``test_distillation_outputs_emitted_in_both_padding_modes``, which stubs verl's
+``FSDPEngineWithLMHead.prepare_model_outputs`` (verl's new engine; hybridrl has no such engine method).
 """
 
 from types import SimpleNamespace

@@ -49,7 +49,8 @@ def test_a_single_teacher_scores_every_row_whatever_its_source():
 
 def test_a_row_without_a_teacher_names_the_key_and_the_teachers():
     teachers = Teachers({"math": FakeTeacher(-1.0), "code": FakeTeacher(-2.0)}, "data_source", PARAMS)
-    with pytest.raises(StageError, match=r"teacher_log_prob.*data_source=\['poetry'\] have no teacher.*\['code', 'math'\]"):
+    expected = r"teacher_log_prob.*data_source=\['poetry'\] have no teacher.*\['code', 'math'\]"
+    with pytest.raises(StageError, match=expected):
         teachers.score(_batch(["math", "poetry"]))
     with pytest.raises(StageError, match="distillation.teacher_key='task'"):
         Teachers({"math": FakeTeacher(-1.0), "code": FakeTeacher(-2.0)}, "task", PARAMS).score(_batch(["math"]))

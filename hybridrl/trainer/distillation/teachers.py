@@ -36,6 +36,7 @@ def teacher_section(config: DictConfig, spec: TeacherSpec) -> DictConfig:
     """The ``actor_rollout_ref`` section a teacher's reference worker is built from: the student's, with the
     teacher's model folder, no LoRA, and the teacher's ``inference.temperature`` when it has one."""
     section = OmegaConf.create(OmegaConf.to_container(config.actor_rollout_ref, resolve=True))
+    assert isinstance(section, DictConfig)
     entry = config.distillation.teacher_models[spec.name]
     temperature = OmegaConf.select(entry, "inference.temperature", default=None)
     with open_dict(section):
@@ -57,15 +58,18 @@ class Teachers:
     def score(self, batch: DataProto) -> tuple[DataProto, Metrics]:
         """Add ``teacher_logprobs [B, R]`` (each row scored by its teacher) and the loss settings to ``batch``."""
         metrics: Metrics = {}
+        assert batch.batch is not None, "the teachers score a batch with responses"
         with timed("teacher_log_prob", metrics):
             log_probs = torch.zeros_like(batch.batch["responses"], dtype=torch.float32)
             for key, rows in self._rows_by_teacher(batch).items():
                 part, pad = pad_dataproto_to_divisor(batch.select_idxs(rows), self.groups[key].world_size)
                 output = unpad_dataproto(self.groups[key].compute_ref_log_prob(part), pad)
+                assert output.batch is not None
                 log_probs[torch.as_tensor(rows)] = output.batch["ref_log_prob"].float()
-        scored = DataProto(batch=batch.batch.clone(recurse=False), non_tensor_batch=dict(batch.non_tensor_batch),
+        tensors = batch.batch.clone(recurse=False)
+        tensors[TEACHER_LOG_PROBS_KEY] = log_probs
+        scored = DataProto(batch=tensors, non_tensor_batch=dict(batch.non_tensor_batch),
                            meta_info={**batch.meta_info, DISTILLATION_META_KEY: self.params})
-        scored.batch[TEACHER_LOG_PROBS_KEY] = log_probs
         return scored, metrics
 
     def _rows_by_teacher(self, batch: DataProto) -> dict[str, np.ndarray]:

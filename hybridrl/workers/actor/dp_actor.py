@@ -12,6 +12,8 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
                   (+ router_aux_loss_coef · aux_loss for an MoE model with use_router_aux_loss: ``moe.py``)
+                  (on-policy distillation, ``meta_info["distillation"]``: + c · L_distill, or L_distill alone
+                  without task rewards: ``distillation.py``)
     pg_loss     = the pure loss of ``policy_loss.loss_mode`` (``hybridrl.algos.policy_losses``), its
                   hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``);
                   rollout correction (verl 0.9): each token's loss × ``rollout_is_weights`` when the batch

@@ -15,6 +15,7 @@ starts with a ConfigError that names the key and the file:
                           the policy is a text model (multimodal RL is refused until the rollout and the
                           training forwards read images) (:mod:`hybridrl.config.preflight_model`)
     code files            custom_reward_function.path compiles (:mod:`hybridrl.config.preflight_code`)
+    teachers              a distillation teacher's vocabulary is the student's (:mod:`hybridrl.config.preflight_teacher`)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hybridrl.config.preflight_checkpoint import TRACKER_FILENAME, check_resume_
 from hybridrl.config.preflight_code import check_code_files
 from hybridrl.config.preflight_data import check_datasets
 from hybridrl.config.preflight_model import check_model_files, check_text_only_policy
+from hybridrl.config.preflight_teacher import check_teacher_vocabulary
 
 __all__ = ["check_checkpoint_folder", "check_resume_tracker", "preflight_problems", "run_preflight"]
 
@@ -48,7 +50,7 @@ def preflight_problems(config: DictConfig) -> list[ConfigProblem]:
     return [
         *check_checkpoint_folder(config), *check_resume_tracker(config), *check_resume_folder(config),
         *check_model_files(config), *check_text_only_policy(config), *check_code_files(config),
-        *check_datasets(config),
+        *check_datasets(config), *check_teacher_vocabulary(config),
     ]
 
 

@@ -7,7 +7,7 @@ run goes on without it.
 A row's key may be a pattern (``fnmatch``: ``*.profiler.tool_config.*``) and its test :data:`NON_DEFAULT`: every
 key of the shipped YAML the pattern matches is accepted at its default and refused (or warned about) when set to
 anything else. That is how the keys of verl 0.9's capabilities hybridrl lacks (TransferQueue, profilers, MTP,
-on-policy distillation, ...) are held: they compose, as in verl, and are never silently ignored.
+served distillation teachers, ...) are held: they compose, as in verl, and are never silently ignored.
 :data:`READ_AS_IS` lists the verl 0.9 keys hybridrl reads with verl's meaning, and the aliases of
 :mod:`hybridrl.utils.config_aliases` the ones it reads under their verl 0.5 names; a test checks that every key
 verl 0.9 added is in one of the three.
@@ -74,13 +74,23 @@ _NEW_ENGINE = "This setting of verl 0.9's new FSDP engine (hybridrl's FSDP engin
 _REWARD_LOOP = "a served reward model or reward loop (reward.reward_model.rollout, verl 0.9's reward workers)"
 _OPTIMIZER = "another optimizer than torch AdamW (optim.optimizer, optimizer_impl, override_optimizer_config)"
 _MEGATRON_09 = "this verl 0.9 Megatron engine option"
+_SERVED_TEACHER = "This setting of a served (vllm/sglang) teacher (hybridrl's teacher is an FSDP forward, as the reference)"
+_SERVED_TEACHER_KNOBS = (
+    "dtype", "gpu_memory_utilization", "enforce_eager", "cudagraph_capture_sizes", "free_cache_engine",
+    "data_parallel_size", "expert_parallel_size", "tensor_model_parallel_size", "max_num_batched_tokens",
+    "max_model_len", "max_num_seqs", "load_format", "engine_kwargs", "limit_images", "enable_chunked_prefill",
+    "enable_prefix_caching", "disable_log_stats", "skip_tokenizer_init",
+)
+_TEACHER_REPLICAS = "Teacher replicas (hybridrl runs every teacher data-parallel over the whole distillation pool)"
 
 # Keys verl 0.9 added for capabilities hybridrl lacks. Patterns match keys of the shipped YAML only.
 # fmt: off
 _VERL_09_LACKED: tuple[Unsupported, ...] = (
     # --- verl 0.9 systems hybridrl does not have ---
     _lacked("transfer_queue.*", "TransferQueue (verl's distributed data system)"),
-    _lacked("distillation.*", "On-policy distillation from a teacher model"),
+    # on-policy distillation: the teacher is an FSDP forward on hf (config/checks_distillation.py), not a served engine
+    _slower("distillation.teacher_models.*.num_replicas", _TEACHER_REPLICAS),
+    *(_slower(f"distillation.teacher_models.*.inference.{knob}", _SERVED_TEACHER) for knob in _SERVED_TEACHER_KNOBS),
     _lacked("skip.*", "Dumping and replaying rollouts (skip.*)"),
     _lacked("global_profiler.*", "Profiling (nsys, NPU, torch profiler; global_profiler.*)"),
     _lacked("*.profiler.enable", "Profiling (nsys, NPU, torch profiler)"),
@@ -282,6 +292,17 @@ READ_AS_IS: dict[str, str] = {
     "actor_rollout_ref.actor.use_fused_kernels": "follows actor_rollout_ref.model.use_fused_kernels (warned about)",
     "critic.loss_scale_factor": "follows actor_rollout_ref.actor.loss_scale_factor (the value loss's normaliser)",
     "critic.optim.num_cycles": "the cosine schedule (workers/engine/optim.py)",
+    "distillation.enabled": "on-policy distillation (trainer/distillation, config/checks_distillation.py)",
+    "distillation.distillation_loss.*": "the distillation loss (algos/distillation.py; forward_kl_topk refused)",
+    "distillation.n_gpus_per_node": "the teachers' pool (distillation_pool)",
+    "distillation.nnodes": "the teachers' pool (distillation_pool)",
+    "distillation.teacher_key": "routes each sample to its teacher",
+    "distillation.teacher_models.*.key": "the teacher_key value a teacher scores",
+    "distillation.teacher_models.*.model_path": "the teacher's model folder (same tokenizer as the student)",
+    "distillation.teacher_models.*.inference.name": "hf only (vllm / sglang teachers are refused)",
+    "distillation.teacher_models.*.inference.temperature": "the teacher's log-prob temperature",
+    "distillation.teacher_models.*.inference.prompt_length": "the teacher scores the student's whole prompt",
+    "distillation.teacher_models.*.inference.response_length": "the teacher scores the student's whole response",
 }
 
 

@@ -13,6 +13,7 @@ from hybridrl.config.access import ACTOR, get, need_critic, need_reference_polic
 from hybridrl.config.checks_algorithm import check_algorithm
 from hybridrl.config.checks_async import check_async_modes
 from hybridrl.config.checks_batch import check_batch_sizes
+from hybridrl.config.checks_distillation import check_distillation
 from hybridrl.config.checks_env import check_environment
 from hybridrl.config.checks_megatron import check_megatron, check_megatron_environment
 from hybridrl.config.checks_moe import check_moe
@@ -74,6 +75,7 @@ def collect_problems(
     problems += check_async_modes(config)
     problems += check_optimizers(config, use_critic)
     problems += check_megatron(config, use_critic, use_reference_policy)
+    problems += check_distillation(config)
     problems += check_unsupported(config, "ppo_trainer")
     if check_env:
         problems += check_environment(config, use_critic)

@@ -65,11 +65,11 @@ def test_plus_on_a_listed_key_sets_it():
 def test_lacked_capability_is_accepted_at_its_default_and_refused_otherwise():
     assert check_unsupported(compose_config("ppo_trainer", ["transfer_queue.enable=False"])) == []
     problems = check_unsupported(
-        compose_config("ppo_trainer", ["transfer_queue.enable=True", "distillation.enabled=True"])
+        compose_config("ppo_trainer", ["transfer_queue.enable=True", "skip.rollout.enable=True"])
     )
     by_key = {problem.key: problem for problem in problems}
     assert "TransferQueue" in by_key["transfer_queue.enable"].fix
-    assert "distillation" in by_key["distillation.enabled"].fix
+    assert "replaying rollouts" in by_key["skip.rollout.enable"].fix
     assert "not implemented in hybridrl" in str(by_key["transfer_queue.enable"])
 
 

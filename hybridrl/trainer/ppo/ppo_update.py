@@ -1,7 +1,7 @@
 """The update stage: what a step does with its scored batch (a trainer part), and PPO's.
 
-    scored batch ─► old_log_prob ─► ref_log_prob ─► values ─► advantage ─► update_critic ─┬─► (batch, metrics)
-                    (actor)         (ref, if any)   (critic)   (driver)     update_actor ──┘
+    scored batch ─► old_log_prob ─► ref_log_prob ─► teacher_log_prob ─► values ─► advantage ─► update_critic ─┬─►
+                    (actor)         (ref, if any)   (teachers, if any)  (critic)   (driver)     update_actor ──┘
                                                                             (after trainer.critic_warmup steps;
                                                                              beside the critic under split placement)
 
@@ -63,6 +63,9 @@ class PPOUpdate:
         if workers.ref is not None:
             batch, ref_metrics = stages.ref_log_prob(batch, workers.ref)
             metrics = {**metrics, **ref_metrics}
+        if workers.teachers is not None:  # on-policy distillation: + teacher_logprobs
+            batch, teacher_metrics = workers.teachers.score(batch)
+            metrics = {**metrics, **teacher_metrics}
         if workers.critic is not None:
             batch, value_metrics = stages.values(batch, workers.critic)
             metrics = {**metrics, **value_metrics}

@@ -211,6 +211,12 @@ class RayPPOTrainer:
             self._worker_init_kwargs(), self.role_worker_mapping, self.resource_pool_manager,
             self.ray_worker_group_cls, self.device_name, use_reference_policy=self.use_reference_policy,
         )
+        if self.config.distillation.enabled:  # on-policy distillation: the teachers on their own pool
+            from hybridrl.trainer.distillation.teachers import spawn_teachers
+
+            teachers = spawn_teachers(self.config, self.resource_pool_manager.resource_pool_dict,
+                                      self.ray_worker_group_cls, self.device_name, self.batch_plan.policy_worker_plan())
+            self.workers = replace(self.workers, teachers=teachers)
         if self.config.actor_rollout_ref.rollout.mode == "async":  # server-mode rollout through agent loops
             from hybridrl.experimental.agent_loop import AgentLoopManager
 

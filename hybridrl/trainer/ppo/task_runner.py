@@ -6,7 +6,8 @@ selected in the config, no code: ``reward_model.enable_resource_pool`` puts the 
 ``reward_pool`` (later verl's keys) and ``critic.enable_resource_pool`` the critic on ``critic_pool``, each
 sized ``[<section>.n_gpus_per_node] * <section>.nnodes``; ``trainer.v1.trainer_mode=separate_async`` puts the
 rollout (role "rollout") on ``rollout_pool`` (``actor_rollout_ref.rollout.nnodes / n_gpus_per_node``, verl 0.9)
-and the actor (role "actor") on ``global_pool``.
+and the actor (role "actor") on ``global_pool``. ``distillation.enabled`` adds ``distillation_pool``
+(``[distillation.n_gpus_per_node] * distillation.nnodes``) for the teachers (``hybridrl.trainer.distillation``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def build_role_mapping(config: DictConfig) -> tuple[dict, dict, dict]:
         role_worker_mapping[Role.RewardModel] = ray.remote(
             import_worker_class(config.reward_model.strategy, "reward_model", "reward_model.strategy"))
         mapping[Role.RewardModel] = _own_pool(config.reward_model, "reward_pool", resource_pool_spec) or global_pool
+    if config.distillation.enabled:  # the teachers' pool (trainer/distillation/teachers.py spawns them on it)
+        distillation = config.distillation
+        resource_pool_spec["distillation_pool"] = [int(distillation.n_gpus_per_node)] * int(distillation.nnodes)
     return role_worker_mapping, resource_pool_spec, mapping
 
 

@@ -36,6 +36,8 @@ class WorkerGroups:
     rollout_manager: RolloutGroup | None = None
     # trainer.v1.trainer_mode=separate_async: the rollout workers on their own pool (role "rollout")
     standalone_rollout: RolloutGroup | None = None
+    # distillation.enabled: the teachers (trainer/distillation/teachers.py), scoring the student's tokens
+    teachers: Any = None
 
     @property
     def rollout(self) -> RolloutGroup:

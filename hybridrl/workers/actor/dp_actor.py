@@ -12,6 +12,8 @@ worker). One call of :meth:`DataParallelPPOActor.update_policy` runs::
 
     policy_loss = pg_loss − entropy_coeff · agg(entropy) + kl_loss_coef · agg(kl(logp, ref_logp))
                   (+ router_aux_loss_coef · aux_loss for an MoE model with use_router_aux_loss: ``moe.py``)
+                  (on-policy distillation, ``meta_info["distillation"]``: + c · L_distill, or L_distill alone
+                  without task rewards: ``distillation.py``)
     pg_loss     = the pure loss of ``policy_loss.loss_mode`` (``hybridrl.algos.policy_losses``), its
                   hyper-parameters bound once at construction (``hybridrl.algos.policy_loss_modes``);
                   rollout correction (verl 0.9): each token's loss × ``rollout_is_weights`` when the batch
@@ -60,6 +62,7 @@ from hybridrl.utils.torch_functional import (
 )
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
+from hybridrl.workers.actor.distillation import DISTILLATION_META_KEY, TEACHER_LOG_PROBS_KEY, add_distillation_loss
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 from hybridrl.workers.actor.global_batch import merge_micro_batch_metrics, mini_batch_info, world_size
@@ -194,6 +197,7 @@ class DataParallelPPOActor(BasePPOActor):
         # replay maps the record onto the padded or packed forward's tokens, not onto the split prompt forward
         self.share_prompt_prefix = share_prompt_prefix and self.moe.replay_mode == "disabled"
         self._routing_captures: list | None = None  # the update's routing, when it logs expert-load metrics
+        self._distillation: Any = None  # this update's DistillationLossParams (meta_info), None: no teacher
         self._log_prob_split = log_prob
         self._mini_batch_size, self._update_split = update_split(config, update)
         # resolved once; a reference policy (no optimizer) has no loss
@@ -364,6 +368,9 @@ class DataParallelPPOActor(BasePPOActor):
             metrics["actor/kl_loss"] = kl_loss.detach().item()
             metrics["actor/kl_coef"] = float(config.kl_loss_coef)
         metrics["actor/pg_loss"] = pg_loss.detach().item()
+        if self._distillation is not None:  # on-policy distillation: workers/actor/distillation.py
+            policy_loss = add_distillation_loss(self._distillation, policy_loss, log_prob, old_log_prob, micro_batch,
+                                                loss_agg_mode, global_batch, metrics)
         policy_loss = self.moe.add_aux_loss(policy_loss, metrics, routing)
         if self._routing_captures is not None:
             self._routing_captures.append(routing)
@@ -394,10 +401,12 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         temperature = self._call_temperature(data.meta_info)
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
-        keys += _optional_keys(data, _IS_WEIGHTS_KEY, ROUTED_EXPERTS_KEY)
+        keys += _optional_keys(data, _IS_WEIGHTS_KEY, ROUTED_EXPERTS_KEY, TEACHER_LOG_PROBS_KEY)
         pg_loss_fn = self._update_loss(data.meta_info)
-        # bypass mode's loss (not the one bound at construction) needs every row
-        skip_zero_adv = skips_zero_advantage_rows(config, bypass_mode=pg_loss_fn is not self._pg_loss)
+        self._distillation = data.meta_info.get(DISTILLATION_META_KEY)
+        # bypass mode's loss (not the one bound at construction) and distillation's per-token loss need every row
+        skip_zero_adv = self._distillation is None and skips_zero_advantage_rows(
+            config, bypass_mode=pg_loss_fn is not self._pg_loss)
         if "old_log_probs" not in data.batch.keys():
             if config.recompute_old_log_prob:
                 raise KeyError(

@@ -28,7 +28,7 @@ from hybridrl.utils.device import current_device
 __all__ = ["SUMMED_LOSS_METRICS", "merge_micro_batch_metrics", "mini_batch_info", "world_size"]
 
 # metrics that are partial sums of the mini-batch loss once the loss is normalised globally
-SUMMED_LOSS_METRICS = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "critic/vf_loss"})
+SUMMED_LOSS_METRICS = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "critic/vf_loss", "distillation/loss"})
 
 
 def world_size() -> int:

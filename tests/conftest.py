@@ -25,6 +25,8 @@ GPU_SKIP_REASON = "needs a CUDA GPU (a `gpu` test, in an *_on_gpu.py file)"
 def pytest_collection_modifyitems(config, items):
     """Mark the reliability campaign's tests ``reliability``; skip the ``gpu`` tests without CUDA, before their
     fixtures build anything."""
+    from reliability_campaign import mark_reliability_campaign
+
     mark_reliability_campaign(items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
@@ -35,17 +37,6 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
-
-
-def mark_reliability_campaign(items):
-    """``reliability`` on every test that tests/reliability_campaign.py names (all its parametrisations), so that
-    ``pytest -m reliability tests`` (``bash scripts/test.sh reliability``) replays the whole campaign."""
-    from reliability_campaign import campaign_node_ids, strip_params
-
-    campaign = campaign_node_ids()
-    for item in items:
-        if strip_params(item.nodeid) in campaign:
-            item.add_marker(pytest.mark.reliability)
 
 
 # Logical CPUs the shared test cluster advertises (real cores are 2; Ray actors here are idle most of the time).

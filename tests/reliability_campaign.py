@@ -412,3 +412,15 @@ def campaign_node_ids() -> set[str]:
 def campaign_files() -> list[str]:
     """The test files the campaign's tests live in (relative to the repository root), sorted."""
     return sorted({test.split("::", 1)[0] for case in CASES for test in case.tests})
+
+
+def mark_reliability_campaign(items) -> None:
+    """``reliability`` on every collected test this campaign names (all its parametrisations), so that
+    ``pytest -m reliability tests`` (``bash scripts/test.sh reliability``) replays the whole campaign
+    (tests/conftest.py calls it on the collected items)."""
+    import pytest
+
+    campaign = campaign_node_ids()
+    for item in items:
+        if strip_params(item.nodeid) in campaign:
+            item.add_marker(pytest.mark.reliability)

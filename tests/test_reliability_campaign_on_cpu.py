@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from reliability_campaign import CASES, campaign_node_ids
+from reliability_campaign import CASES, campaign_node_ids, mark_reliability_campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,8 +53,6 @@ def test_every_named_test_exists():
 
 def test_the_marker_goes_to_the_campaigns_tests_and_their_parametrisations_only():
     """``mark_reliability_campaign`` on stand-in items (collecting the campaign's 30 files would cost ~17 s)."""
-    from conftest import mark_reliability_campaign
-
     class Item:
         def __init__(self, nodeid: str) -> None:
             self.nodeid, self.markers = nodeid, []

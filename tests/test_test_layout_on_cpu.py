@@ -165,3 +165,12 @@ def test_a_marker_named_in_a_string_does_not_mark_the_file(tmp_path):
 
 def test_this_file_is_not_vllm_marked():
     assert Path(__file__).resolve() not in files_marked("vllm")
+
+
+def test_test_file_names_are_unique():
+    """The suite has no ``__init__.py`` files, so pytest imports test files by basename: two files with the same
+    name in different folders stop the whole run at collection ("import file mismatch")."""
+    by_name: dict[str, list[str]] = {}
+    for path in collected_test_files():
+        by_name.setdefault(Path(path).name, []).append(str(Path(path).relative_to(ROOT)))
+    assert not {name: paths for name, paths in by_name.items() if len(paths) > 1}

@@ -51,7 +51,9 @@ class ScoringPolicy:
 
 def finite_score(value: Any) -> float | None:
     """``value`` as a finite float, or None (None, NaN, inf, a string, a multi-element tensor)."""
-    if isinstance(value, (torch.Tensor, np.ndarray, np.generic)) and np.size(value) == 1:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif isinstance(value, (np.ndarray, np.generic)) and value.size == 1:
         value = value.item()
     if isinstance(value, bool):
         return float(value)

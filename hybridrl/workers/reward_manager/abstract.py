@@ -118,7 +118,7 @@ class AbstractRewardManager:
             if "score" not in result:
                 return self.failure(i, data_source, f"returned a dict without a 'score' key: {sorted(result)}"), None
             extra, result = result, result["score"]
-        if isinstance(result, (torch.Tensor, np.generic)) and np.size(result) == 1:
+        if (isinstance(result, torch.Tensor) and result.numel() == 1) or isinstance(result, np.generic):
             result = result.item()
         if isinstance(result, bool):
             result = float(result)

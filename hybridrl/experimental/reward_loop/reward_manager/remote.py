@@ -16,7 +16,15 @@ from hybridrl.experimental.reward_loop.reward_manager.registry import register
 class RewardComputeWorker:
     """One scoring process (wrapped in ``ray.remote`` when built); its methods are plain, not async."""
 
-    def __init__(self, compute_score_fn: Any) -> None:
+    def __init__(self, compute_score_fn: Any = None, config: Any = None) -> None:
+        if config is not None:  # the user's function is loaded here from its file: such a module does not pickle
+            from hybridrl.experimental.reward_loop.reward_loop import load_compute_score
+
+            compute_score_fn = load_compute_score(config)
+        if compute_score_fn is None:
+            from hybridrl.utils.reward_score import default_compute_score
+
+            compute_score_fn = default_compute_score
         self.compute_score_fn = compute_score_fn
 
     def compute_score(self, **kwargs: Any) -> Any:
@@ -46,9 +54,11 @@ class RemoteRewardManager(RewardManagerBase):
         num_workers = config["reward"]["num_workers"]
         worker_cls = ray.remote(num_cpus=0)(RewardComputeWorker)
         node = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
-        self.reward_worker = [
-            worker_cls.options(scheduling_strategy=node).remote(self.compute_score) for _ in range(num_workers)
-        ]
+        from hybridrl.experimental.reward_loop.reward_loop import load_compute_score
+
+        # a function from custom_reward_function.path is re-loaded in each process; any other is pickled
+        args = {"config": config} if load_compute_score(config) is not None else {"compute_score_fn": compute_score}
+        self.reward_worker = [worker_cls.options(scheduling_strategy=node).remote(**args) for _ in range(num_workers)]
         self.reward_worker_pool = itertools.cycle(self.reward_worker)
 
     def choose_reward_worker(self) -> Any:

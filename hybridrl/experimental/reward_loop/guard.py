@@ -65,8 +65,11 @@ def finite_score(value: Any) -> float | None:
 def _failed(policy: ScoringPolicy, flag: str, reason: str) -> dict:
     return {
         "reward_score": policy.fallback_score,
-        "reward_extra_info": {"acc": policy.fallback_score, JUDGE_ERROR_KEY: flag == JUDGE_ERROR_KEY,
-                              JUDGE_TIMEOUT_KEY: flag == JUDGE_TIMEOUT_KEY},
+        "reward_extra_info": {
+            "acc": policy.fallback_score,
+            JUDGE_ERROR_KEY: flag == JUDGE_ERROR_KEY,
+            JUDGE_TIMEOUT_KEY: flag == JUDGE_TIMEOUT_KEY,
+        },
         "judge_failure": reason,
     }
 
@@ -79,8 +82,9 @@ async def guarded(run: Awaitable[dict], policy: ScoringPolicy, where: str) -> di
         logger.warning("reward for %s: no result after %ss; scored %s", where, policy.timeout_s, policy.fallback_score)
         return _failed(policy, JUDGE_TIMEOUT_KEY, f"timeout after {policy.timeout_s}s")
     except Exception as exc:  # noqa: BLE001 - any failure of user code becomes the fallback, counted
-        logger.warning("reward for %s failed (%s: %s); scored %s", where, type(exc).__name__, exc,
-                       policy.fallback_score)
+        logger.warning(
+            "reward for %s failed (%s: %s); scored %s", where, type(exc).__name__, exc, policy.fallback_score
+        )
         return _failed(policy, JUDGE_ERROR_KEY, f"{type(exc).__name__}: {exc}")
     score = finite_score(out.get("reward_score", None)) if isinstance(out, dict) else None
     if score is None:

@@ -25,34 +25,27 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from hybridrl.experimental.reward_loop.guard import ScoringPolicy, guarded, judge_metrics
 from hybridrl.experimental.reward_loop.reward_manager.base import RewardManagerBase, get_event_loop
+from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score, select_setting
 from hybridrl.experimental.reward_loop.reward_manager.registry import get_reward_manager_cls
 from hybridrl.protocol import DataProto
-
-
-def _select(config: Any, *keys: str) -> Any:
-    """The first of ``keys`` (dotted) that is set in ``config``."""
-    for key in keys:
-        value = OmegaConf.select(config, key, default=None) if OmegaConf.is_config(config) else None
-        if value is not None:
-            return value
-    return None
 
 
 def resolve_reward_manager_cls(config: Any) -> type:
     """The reward-loop manager class the config names (module docstring)."""
     from hybridrl.utils.import_utils import load_extern_type
 
-    source = _select(config, "reward.reward_manager.source") or "register"
-    if source == "register":
-        return get_reward_manager_cls(_select(config, "reward_model.reward_manager", "reward.reward_manager.name"))
+    source = select_setting(config, ("reward.reward_manager.source",))
+    if source in (None, "register"):
+        return get_reward_manager_cls(
+            select_setting(config, ("reward_model.reward_manager", "reward.reward_manager.name"))
+        )
     if source != "importlib":
         raise ValueError(f"reward.reward_manager.source={source!r} must be 'register' or 'importlib'")
-    path = _select(config, "reward.reward_manager.module.path")
-    name = _select(config, "reward.reward_manager.module.name")
+    path = select_setting(config, ("reward.reward_manager.module.path",))
+    name = select_setting(config, ("reward.reward_manager.module.name",))
     if not path:
         raise ValueError("reward.reward_manager.source=importlib needs reward.reward_manager.module.path (a .py file)")
     cls = load_extern_type(path, name, key="reward.reward_manager.module.path")
@@ -62,19 +55,6 @@ def resolve_reward_manager_cls(config: Any) -> type:
             "hybridrl.experimental.reward_loop.reward_manager.RewardManagerBase"
         )
     return cls
-
-
-def load_compute_score(config: Any) -> Any:
-    """The user's ``compute_score`` (verl 0.5 or 0.9 keys), or None for the default one."""
-    from hybridrl.trainer.ppo.reward import get_custom_reward_fn
-
-    path = _select(config, "custom_reward_function.path", "reward.custom_reward_function.path")
-    if not path:
-        return None
-    name = _select(config, "custom_reward_function.name", "reward.custom_reward_function.name")
-    kwargs = _select(config, "custom_reward_function.reward_kwargs") or {}
-    return get_custom_reward_fn(OmegaConf.create({"custom_reward_function": {
-        "path": path, "name": name, "reward_kwargs": OmegaConf.to_container(OmegaConf.create(kwargs))}}))
 
 
 class RewardLoopWorker:
@@ -95,7 +75,7 @@ class RewardLoopWorker:
 
         model = self.config.actor_rollout_ref.model
         path = model.get("tokenizer_path", None) or model.path
-        return hf_tokenizer(path, trust_remote_code=model.get("trust_remote_code", False))
+        return hf_tokenizer(path, trust_remote_code=model.trust_remote_code)
 
     async def compute_score(self, data: DataProto) -> dict:
         """One sample's ``{"reward_score", "reward_extra_info"}`` (the fallback when the scorer fails)."""
@@ -133,7 +113,7 @@ class RewardLoopManager:
     def __init__(self, config: Any, rm_resource_pool: Any = None) -> None:
         self.config = config
         self.reward_manager_cls = resolve_reward_manager_cls(config)  # fails early on a bad name
-        self.num_workers = int(_select(config, "reward.num_workers", "reward_model.num_workers") or 1)
+        self.num_workers = int(select_setting(config, ("reward.num_workers", "reward_model.num_workers")) or 1)
         self.reward_loop_workers: list[Any] = []
 
     def _workers_for(self, num_samples: int) -> list[Any]:

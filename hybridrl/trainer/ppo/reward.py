@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.protocols import RewardManager
@@ -64,8 +64,7 @@ def uses_reward_loop(config: DictConfig) -> bool:
     """Whether ``config`` selects the reward loop (module docstring)."""
     from hybridrl.workers.reward_manager import REWARD_MANAGER_REGISTRY
 
-    reward = config.get("reward", None) or {}
-    if (reward.get("reward_manager", None) or {}).get("source", "register") == "importlib":
+    if OmegaConf.select(config, "reward.reward_manager.source") == "importlib":
         return True
     if config.reward_model.reward_manager not in REWARD_MANAGER_REGISTRY:
         from hybridrl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER

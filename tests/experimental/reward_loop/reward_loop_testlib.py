@@ -62,7 +62,7 @@ def pid_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs
     return {"score": 1.0, "pid": os.getpid()}
 '''
 
-MANAGER_PY = '''
+MANAGER_PY = """
 from hybridrl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 
@@ -70,7 +70,7 @@ class LengthRewardManager(RewardManagerBase):
     async def run_single(self, data):
         fields = self.sample_fields(data)
         return {"reward_score": float(fields.valid_response_length), "reward_extra_info": {"length": 1}}
-'''
+"""
 
 
 def write_scores(tmp_path):
@@ -81,11 +81,19 @@ def write_scores(tmp_path):
 
 def loop_config(score_path=None, score_name="compute_score", manager="naive", reward=None, reward_kwargs=None):
     """The keys the reward loop reads, spelt as a resolved hybridrl config holds them."""
-    return OmegaConf.create({
-        "reward": {"num_workers": 2, "reward_manager": {"source": "register", "name": manager,
-                                                      "module": {"path": None, "name": "custom_reward_manager"}},
-                   **(reward or {})},
-        "reward_model": {"reward_manager": manager, "reward_kwargs": reward_kwargs or {}, "enable": False},
-        "custom_reward_function": {"path": score_path, "name": score_name, "reward_kwargs": {}},
-        "data": {"max_response_length": 12, "reward_fn_key": "data_source"},
-    })
+    return OmegaConf.create(
+        {
+            "reward": {
+                "num_workers": 2,
+                "reward_manager": {
+                    "source": "register",
+                    "name": manager,
+                    "module": {"path": None, "name": "custom_reward_manager"},
+                },
+                **(reward or {}),
+            },
+            "reward_model": {"reward_manager": manager, "reward_kwargs": reward_kwargs or {}, "enable": False},
+            "custom_reward_function": {"path": score_path, "name": score_name, "reward_kwargs": {}},
+            "data": {"max_response_length": 12, "reward_fn_key": "data_source"},
+        }
+    )

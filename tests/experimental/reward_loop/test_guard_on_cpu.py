@@ -22,12 +22,15 @@ def _batch(tokenizer, ground_truths):
 
 
 def test_every_failure_gets_the_fallback_and_is_counted(tmp_path, tiny_tokenizer):
-    config = loop_config(write_scores(tmp_path), "flaky_judge",
-                         reward_kwargs={"compute_score_timeout": 0.5, "fallback_score": -1.0})
+    config = loop_config(
+        write_scores(tmp_path), "flaky_judge", reward_kwargs={"compute_score_timeout": 0.5, "fallback_score": -1.0}
+    )
     batch = _batch(tiny_tokenizer, CASES)
     worker = RewardLoopWorker(config, tokenizer=tiny_tokenizer)
     start = time.perf_counter()
-    rm_scores, extra, metrics = collect_scores(batch, worker.compute_score_batch_sync(batch), type(worker.reward_manager))
+    rm_scores, extra, metrics = collect_scores(
+        batch, worker.compute_score_batch_sync(batch), type(worker.reward_manager)
+    )
     assert time.perf_counter() - start < 5  # the 30 s hang was cut at 0.5 s
     # ok -> 0.5; raise, nan, none, text ("seven"), nodict (no "score" key) -> errors; hang -> timeout
     assert rm_scores.sum(-1).tolist() == [0.5, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 0.5]
@@ -55,8 +58,18 @@ def test_the_policy_reads_either_spelling_of_reward_kwargs():
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(1, 1.0), (0.5, 0.5), (True, 1.0), (np.float32(0.25), 0.25), (torch.tensor([2.0]), 2.0),
-     (float("nan"), None), (float("inf"), None), (None, None), ("1.0", None), (torch.tensor([1.0, 2.0]), None)],
+    [
+        (1, 1.0),
+        (0.5, 0.5),
+        (True, 1.0),
+        (np.float32(0.25), 0.25),
+        (torch.tensor([2.0]), 2.0),
+        (float("nan"), None),
+        (float("inf"), None),
+        (None, None),
+        ("1.0", None),
+        (torch.tensor([1.0, 2.0]), None),
+    ],
 )
 def test_finite_score(value, expected):
     assert finite_score(value) == expected
@@ -66,9 +79,14 @@ def test_the_reward_stage_turns_the_flags_into_step_metrics(tiny_tokenizer):
     batch = _batch(tiny_tokenizer, ["a", "b", "c"])
 
     def reward_fn(data, return_dict=False):
-        return {"reward_tensor": torch.zeros(3, 12),
-                "reward_extra_info": {"acc": [1.0, 0.0, 0.0], "judge_error": [False, True, False],
-                                      "judge_timeout": [False, False, True]}}
+        return {
+            "reward_tensor": torch.zeros(3, 12),
+            "reward_extra_info": {
+                "acc": [1.0, 0.0, 0.0],
+                "judge_error": [False, True, False],
+                "judge_timeout": [False, False, True],
+            },
+        }
 
     out, metrics = stages.reward(batch, reward_fn)
     assert metrics["reward/judge_errors"] == 1.0 and metrics["reward/judge_timeouts"] == 1.0

@@ -41,7 +41,9 @@ def _loop_scores(config, tokenizer, batch):
 @pytest.mark.parametrize("score_name", ["sync_score", "async_score", "dict_score"])
 def test_same_scores_as_the_driver_managers(tmp_path, tiny_tokenizer, batch, manager, score_name):
     path = write_scores(tmp_path)
-    config, driver_config = (loop_config(path, name, manager) for name in (score_name, score_name.replace("async", "sync")))
+    config, driver_config = (
+        loop_config(path, name, manager) for name in (score_name, score_name.replace("async", "sync"))
+    )
     if manager == "dapo":  # L_max = 12, B = 4: responses longer than 8 tokens are penalised
         for cfg in (config, driver_config):
             cfg.reward_model.overlong_buffer = {"enable": True, "len": 4, "penalty_factor": 1.0, "log": True}

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.slow
 
 
 def _batch(tokenizer, n):
-    return make_batch(tokenizer, [f"What is {i} + 1?" for i in range(n)], [str(i + 1 if i % 2 else i) for i in range(n)],
-                      [str(i + 1) for i in range(n)], ["arithmetic"] * n)
+    return make_batch(
+        tokenizer,
+        [f"What is {i} + 1?" for i in range(n)],
+        [str(i + 1 if i % 2 else i) for i in range(n)],
+        [str(i + 1) for i in range(n)],
+        ["arithmetic"] * n,
+    )
 
 
 def _with_tokenizer(config, model_dir):

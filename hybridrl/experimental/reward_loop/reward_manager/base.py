@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -108,7 +109,7 @@ class RewardManagerBase(ABC):
         """The last row's fields (multi-sequence outputs are scored on their last sequence, as verl)."""
         item = data[len(data) - 1]
         response_ids = item.batch["responses"]
-        valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
+        valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
         non_tensor = item.non_tensor_batch
         extra_info = dict(non_tensor.get("extra_info", None) or {})
         if non_tensor.get("tool_extra_fields", None) is not None:
@@ -124,9 +125,7 @@ class RewardManagerBase(ABC):
         )
 
     async def decode(self, token_ids: torch.Tensor) -> str:
-        return await self.loop.run_in_executor(
-            None, lambda: self.tokenizer.decode(token_ids, skip_special_tokens=True)
-        )
+        return await self.loop.run_in_executor(None, lambda: self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
     def score_kwargs(self, fields: SampleFields, solution_str: str) -> dict:
         kwargs = {

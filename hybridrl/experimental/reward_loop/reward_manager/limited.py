@@ -82,7 +82,9 @@ class RateLimitedRewardManager(RewardManagerBase):
                 logger.warning(
                     "RateLimitedRewardManager's limiters are shared by the process and already set "
                     "(max_rpm=%s, max_tpm=%s); the new max_rpm=%s, max_tpm=%s are ignored.",
-                    cls._max_rpm, cls._max_tpm, *incoming,
+                    cls._max_rpm,
+                    cls._max_tpm,
+                    *incoming,
                 )
             return
         cls._max_concurrent = rm_cfg.get("max_concurrent", 1)
@@ -118,8 +120,9 @@ class RateLimitedRewardManager(RewardManagerBase):
                 )
                 return score_result(result)
             except asyncio.TimeoutError:
-                logger.warning("reward computation timed out after %ss (data_source=%s)", self.timeout,
-                               fields.data_source)
+                logger.warning(
+                    "reward computation timed out after %ss (data_source=%s)", self.timeout, fields.data_source
+                )
                 return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
             except Exception as exc:  # noqa: BLE001 - verl's rule: a failing judge scores 0, the step goes on
                 logger.error("reward computation failed (data_source=%s): %s", fields.data_source, exc)

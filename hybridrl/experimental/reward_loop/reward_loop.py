@@ -99,6 +99,11 @@ def _extra_columns(infos: list[dict]) -> dict[str, list]:
     return {key: [info[key] for info in infos] for key in infos[0] if key in common}
 
 
+# The non-tensor column where the agent loop leaves each sample's reward when it scored it while the batch
+# was still generating (streaming); the reward stage then takes these instead of scoring again.
+STREAMED_REWARD_KEY = "reward_loop_output"
+
+
 def collect_scores(data: DataProto, outputs: list[dict], manager_cls: type) -> tuple[torch.Tensor, dict, dict]:
     """``(rm_scores [B, R], extra info {name: [B] values} with the judge flags, judge counts)`` of a batch."""
     rm_scores = manager_cls.assemble_rm_scores(data, [out["reward_score"] for out in outputs])
@@ -131,7 +136,12 @@ class RewardLoopManager:
         return self._workers_for(self.num_workers)
 
     def score_samples(self, data: DataProto) -> list[dict]:
+        """Each sample's reward: the one streamed from the agent loop when every sample has it, else scored now."""
         import ray
+
+        streamed = data.non_tensor_batch.get(STREAMED_REWARD_KEY, None)
+        if streamed is not None and all(isinstance(out, dict) for out in streamed):
+            return list(streamed)
 
         workers = self._workers_for(len(data))
         bounds = np.linspace(0, len(data), len(workers) + 1).round().astype(int)

@@ -123,6 +123,16 @@ def compute_reward(data: DataProto, reward_fn: RewardManager | Callable) -> tupl
     return result, {}
 
 
+def streaming_reward_handles(config: DictConfig, reward_fn: Any) -> list | None:
+    """Reward workers for the agent loop to score each sample as it ends (verl 0.9's streaming rewards): with the
+    reward loop and no reward model (rule rewards); None otherwise."""
+    from hybridrl.experimental.reward_loop import RewardLoopManager
+
+    if not isinstance(reward_fn, RewardLoopManager) or config.reward_model.enable:
+        return None
+    return reward_fn.reward_loop_worker_handles
+
+
 def judge_metrics(reward_extra_info: dict) -> dict[str, float]:
     """Pop the reward loop's per-sample judge flags off ``reward_extra_info``: ``reward/judge_errors`` and
     ``reward/judge_timeouts`` (counts in the batch); ``{}`` for the driver's managers, which set no flags."""

@@ -120,6 +120,7 @@ class RewardLoopManager:
         self.reward_manager_cls = resolve_reward_manager_cls(config)  # fails early on a bad name
         self.num_workers = int(select_setting(config, ("reward.num_workers", "reward_model.num_workers")) or 1)
         self.reward_loop_workers: list[Any] = []
+        self._said_streaming = False
 
     def _workers_for(self, num_samples: int) -> list[Any]:
         import ray
@@ -141,6 +142,9 @@ class RewardLoopManager:
 
         streamed = data.non_tensor_batch.get(STREAMED_REWARD_KEY, None)
         if streamed is not None and all(isinstance(out, dict) for out in streamed):
+            if not self._said_streaming:
+                print("[reward_loop] rewards stream from the agent loop: each sample scored as its loop ended", flush=True)
+                self._said_streaming = True
             return list(streamed)
 
         workers = self._workers_for(len(data))

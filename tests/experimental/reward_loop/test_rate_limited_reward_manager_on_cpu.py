@@ -16,7 +16,6 @@
 # limitations under the License.
 
 import asyncio
-import os.path
 import time
 
 import numpy as np
@@ -25,8 +24,8 @@ import torch
 from omegaconf import DictConfig
 from transformers import AutoTokenizer
 
-from hybridrl.protocol import DataProto
 from hybridrl.experimental.reward_loop.reward_manager.limited import RateLimitedRewardManager
+from hybridrl.protocol import DataProto
 
 
 # Mock API reward functions for testing

@@ -20,8 +20,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from hybridrl.protocol import DataProto
 from hybridrl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager as RewardLoopDAPORewardManager
+from hybridrl.protocol import DataProto
 from hybridrl.workers.reward_manager.dapo import DAPORewardManager
 
 

@@ -72,7 +72,9 @@ def uses_reward_loop(config: DictConfig) -> bool:
         return config.reward_model.reward_manager in REWARD_MANAGER
     if "fallback_score" in (config.reward_model.get("reward_kwargs", None) or {}):
         return True
-    return inspect.iscoroutinefunction(get_custom_reward_fn(config))
+    from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score
+
+    return inspect.iscoroutinefunction(load_compute_score(config))  # loads without printing
 
 
 def load_reward_manager(

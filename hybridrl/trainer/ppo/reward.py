@@ -70,8 +70,9 @@ def uses_reward_loop(config: DictConfig) -> bool:
         from hybridrl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
 
         return config.reward_model.reward_manager in REWARD_MANAGER
-    if "fallback_score" in (config.reward_model.get("reward_kwargs", None) or {}):
-        return True
+    for section in ("reward_model", "reward"):  # hybridrl's spelling of reward_kwargs, and verl 0.9's
+        if OmegaConf.select(config, f"{section}.reward_kwargs.fallback_score") is not None:
+            return True
     from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score
 
     return inspect.iscoroutinefunction(load_compute_score(config))  # loads without printing

@@ -65,6 +65,7 @@ def test_the_driver_path_stays_for_plain_rule_rewards_and_the_loop_takes_the_res
     assert uses_reward_loop(loop_config(path, "sync_score", manager="limit"))
     assert uses_reward_loop(loop_config(path, "sync_score", manager="remote"))
     assert uses_reward_loop(loop_config(path, "sync_score", reward_kwargs={"fallback_score": -1.0}))
+    assert uses_reward_loop(loop_config(path, "sync_score", reward={"reward_kwargs": {"fallback_score": 0.0}}))
     importlib_config = loop_config(path, "sync_score")
     importlib_config.reward.reward_manager.source = "importlib"
     assert uses_reward_loop(importlib_config)

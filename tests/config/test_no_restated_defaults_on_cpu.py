@@ -33,6 +33,8 @@ NOT_CONFIG_READS = {
     # rollout.engine_kwargs is a section; the YAML leaf of that name is verl 0.9's checkpoint_engine.engine_kwargs
     ("workers/rollout/sglang_rollout.py", "engine_kwargs"): "the rollout section's engine_kwargs mapping",
     ("workers/rollout/vllm_rollout.py", "engine_kwargs"): "the rollout section's engine_kwargs mapping",
+    # verl 0.9's rate-limited reward manager reads reward.max_concurrent, not a YAML key (sandbox_fusion's is)
+    ("experimental/reward_loop/reward_manager/limited.py", "max_concurrent"): "reward.max_concurrent (added by +)",
 }
 # Calls that take a YAML key but write it (not a read with a restated default).
 _SETTERS = {"update", "set", "setdefault"}

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def test_ppo_split_placement_critic_pool_with_sequence_parallelism(tiny_model_dir, arithmetic_data_dir, tmp_path):
     """Split placement from the config alone: actor+rollout on global_pool (1 rank), the critic on critic_pool
-    (2 ranks forming one Ulysses SP group over packed sequences)."""
+    (2 ranks forming one Ulysses SP group over packed sequences). Rewards come from the reward loop."""
     ckpt, metrics_file = str(tmp_path / "ckpt"), str(tmp_path / "metrics.jsonl")
     split = {
         **ppo_overrides(tiny_model_dir),
@@ -37,6 +37,10 @@ def test_ppo_split_placement_critic_pool_with_sequence_parallelism(tiny_model_di
         "critic.nnodes": 1,
         "critic.model.use_remove_padding": True,
         "critic.ulysses_sequence_parallel_size": 2,
+        # the reward loop rides on this run: one reward worker (a Ray actor), the rate-limited manager
+        "reward.reward_manager.name": "limit",
+        "reward.num_workers": 1,
+        "+reward.max_concurrent": 4,
     }
     proc = run_main_ppo(grpo_args(tiny_model_dir, arithmetic_data_dir, ckpt, **split), metrics_file)
     assert proc.returncode == 0, failure_report(proc)
@@ -47,6 +51,7 @@ def test_ppo_split_placement_critic_pool_with_sequence_parallelism(tiny_model_di
     for name in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "actor/pg_loss"):
         assert name in metrics[2], name
     assert metrics[1]["critic/grad_norm"] > 0
+    assert metrics[2]["reward/judge_errors"] == 0 and metrics[2]["reward/judge_timeouts"] == 0  # the reward loop
     assert_checkpoint(ckpt, 2, world_size=1, roles=("actor",))
     assert_checkpoint(ckpt, 2, world_size=2, roles=("critic",))
 

@@ -58,11 +58,13 @@ class AgentLoopManager:
         config: the whole run config.
         worker_group: the actor-rollout worker group, or under separate_async the rollout's own group
             (``AsyncActorRolloutRefWorker``: wake_up / sleep / generate).
+        reward_loop_worker_handles: reward workers of the reward loop; given, each sample is scored as soon as
+            its agent loop ends (rule rewards), not after the whole batch.
     """
 
     reads_row_columns = True  # agent loops get every non-tensor column of their row (stages.with_row_columns)
 
-    def __init__(self, config: Any, worker_group: Any) -> None:
+    def __init__(self, config: Any, worker_group: Any, reward_loop_worker_handles: list[Any] | None = None) -> None:
         check_async_rollout(config)
         self.config = config
         self.worker_group = worker_group
@@ -71,7 +73,9 @@ class AgentLoopManager:
         num_workers = int(config.actor_rollout_ref.rollout.agent.num_workers)
         remote_cls = ray.remote(AgentLoopWorker)
         self.agent_loop_workers = [
-            remote_cls.options(num_cpus=0, max_concurrency=1000).remote(config, self.server_handles)
+            remote_cls.options(num_cpus=0, max_concurrency=1000).remote(
+                config, self.server_handles, reward_loop_worker_handles
+            )
             for _ in range(num_workers)
         ]
 

@@ -63,7 +63,8 @@ class AgentLoopWorker:
         server_handles: the rollout servers (Ray handles with ``generate``), one per replica.
     """
 
-    def __init__(self, config: Any, server_handles: list[Any]) -> None:
+    def __init__(self, config: Any, server_handles: list[Any], reward_loop_worker_handles: list[Any] | None = None
+                 ) -> None:
         from hybridrl.utils.fs import copy_to_local
         from hybridrl.utils.tokenizer import hf_tokenizer
 
@@ -81,6 +82,8 @@ class AgentLoopWorker:
             load_agent_loop_config(str(self.rollout_config.agent.agent_loop_config_path))
         self.default_agent = default_agent_name(self.rollout_config)
         self._tool_executor: Any = None
+        # reward workers (RewardLoopWorker handles): each sample is scored as soon as its loop ends
+        self.reward_loop_worker_handles = list(reward_loop_worker_handles or [])
 
     @property
     def tool_executor(self) -> Any:
@@ -105,7 +108,8 @@ class AgentLoopWorker:
             row = {key: values[i] for key, values in batch.non_tensor_batch.items()}
             name = names[i] if names is not None and names[i] else self.default_agent
             seed = trajectory_seed(int(self.rollout_config.seed), meta, offset + i)
-            tasks.append(self._run(str(name), {**base, "seed": seed}, row))
+            row_columns = {key: values[i : i + 1] for key, values in batch.non_tensor_batch.items()}
+            tasks.append(self._run_and_score(str(name), {**base, "seed": seed}, row, row_columns, offset + i))
         per_row = [out if isinstance(out, list) else [out] for out in await asyncio.gather(*tasks)]
         rows = [i for i, outs in enumerate(per_row) for _ in outs]
         outputs: list[AgentLoopOutput] = [o for outs in per_row for o in outs]
@@ -125,6 +129,25 @@ class AgentLoopWorker:
             "tool_calls": [o.metrics.tool_calls for o in per_trajectory],
         }
         return result
+
+    async def _run_and_score(self, agent_name: str, sampling_params: dict[str, Any], row: dict[str, Any],
+                             row_columns: dict[str, np.ndarray], row_index: int) -> Any:
+        """:meth:`_run`; with reward workers, each sample's reward (``{"reward_score", "reward_extra_info"}``)
+        is computed right away and kept as its ``STREAMED_REWARD_KEY`` column."""
+        out = await self._run(agent_name, sampling_params, row)
+        if not self.reward_loop_worker_handles:
+            return out
+        from hybridrl.experimental.reward_loop.reward_loop import STREAMED_REWARD_KEY
+
+        handle = self.reward_loop_worker_handles[row_index % len(self.reward_loop_worker_handles)]
+        for sample in out if isinstance(out, list) else [out]:
+            one = outputs_to_batch(
+                [sample], prompt_length=int(self.rollout_config.prompt_length),
+                response_length=int(self.rollout_config.response_length), pad_token_id=self.tokenizer.pad_token_id,
+                input_non_tensors=row_columns,
+            )
+            sample.extra_fields[STREAMED_REWARD_KEY] = await handle.compute_score.remote(one)
+        return out
 
     async def _run(self, agent_name: str, sampling_params: dict[str, Any],
                    row: dict[str, Any]) -> AgentLoopOutput | list[AgentLoopOutput]:

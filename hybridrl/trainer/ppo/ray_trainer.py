@@ -222,7 +222,10 @@ class RayPPOTrainer:
 
             servers = self.workers.standalone_rollout  # separate_async: the rollout's own pool serves
             servers = self.workers.actor_rollout if servers is None else servers
-            self.async_rollout_manager = AgentLoopManager(self.config, servers)
+            from hybridrl.trainer.ppo.reward import streaming_reward_handles
+
+            reward_handles = streaming_reward_handles(self.config, self.reward_fn)  # reward loop: score as loops end
+            self.async_rollout_manager = AgentLoopManager(self.config, servers, reward_handles)
             self.workers = replace(self.workers, rollout_manager=self.async_rollout_manager)
 
     def _worker_init_kwargs(self) -> dict[Role, dict[str, Any]]:

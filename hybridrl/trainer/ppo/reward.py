@@ -5,16 +5,22 @@
 - :func:`load_reward_manager`: ``reward_model.reward_manager`` picks the class; it gets the custom
   function or :func:`~hybridrl.utils.reward_score.default_compute_score`.
 - :func:`compute_reward`: ``(reward_tensor [B, R], reward_extra_infos_dict)``.
+- :func:`uses_reward_loop`: when the reward loop (:mod:`hybridrl.experimental.reward_loop`, Ray reward workers)
+  scores instead of a driver manager: a manager only the loop has (``limit``/``rate_limited``, ``remote``), a
+  manager class from a file (``reward.reward_manager.source=importlib``), an ``async def`` compute_score, or
+  ``reward_kwargs.fallback_score`` set. Plain rule rewards stay in the trainer process: starting reward
+  workers costs more than scoring a small batch there (docs/status.md has the numbers).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.protocols import RewardManager
@@ -54,17 +60,40 @@ def _default_score_fn(config: DictConfig) -> Callable:
     return default_compute_score
 
 
+def uses_reward_loop(config: DictConfig) -> bool:
+    """Whether ``config`` selects the reward loop (module docstring)."""
+    from hybridrl.workers.reward_manager import REWARD_MANAGER_REGISTRY
+
+    if OmegaConf.select(config, "reward.reward_manager.source") == "importlib":
+        return True
+    if config.reward_model.reward_manager not in REWARD_MANAGER_REGISTRY:
+        from hybridrl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+
+        return config.reward_model.reward_manager in REWARD_MANAGER
+    for section in ("reward_model", "reward"):  # hybridrl's spelling of reward_kwargs, and verl 0.9's
+        if OmegaConf.select(config, f"{section}.reward_kwargs.fallback_score") is not None:
+            return True
+    from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score
+
+    return inspect.iscoroutinefunction(load_compute_score(config))  # loads without printing
+
+
 def load_reward_manager(
     config: DictConfig, tokenizer: PreTrainedTokenizerBase, num_examine: int, **reward_kwargs: Any
 ) -> RewardManager:
     """Instantiate ``reward_model.reward_manager`` (default ``naive``) for ``config`` (the whole config).
 
-    ``reward_kwargs`` go to the manager's constructor (e.g. ``on_error="zero"``, ``timeout_s``; for
+    With :func:`uses_reward_loop` it is a :class:`~hybridrl.experimental.reward_loop.RewardLoopManager` (called
+    like a manager). Otherwise ``reward_kwargs`` go to the manager's constructor (e.g. ``on_error="zero"``, ``timeout_s``; for
     ``batch`` the rest is forwarded to the scoring function). For ``dapo``, ``max_resp_len`` defaults to
     ``data.max_response_length`` and ``overlong_buffer_cfg`` to ``reward_model.overlong_buffer``.
     """
     from hybridrl.workers.reward_manager import get_reward_manager_cls
 
+    if uses_reward_loop(config):
+        from hybridrl.experimental.reward_loop import RewardLoopManager
+
+        return RewardLoopManager(config)
     name = config.reward_model.reward_manager
     manager_cls = get_reward_manager_cls(name)
     compute_score = get_custom_reward_fn(config) or _default_score_fn(config)
@@ -95,6 +124,24 @@ def compute_reward(data: DataProto, reward_fn: RewardManager | Callable) -> tupl
     if isinstance(result, dict):
         return result["reward_tensor"], dict(result.get("reward_extra_info", {}) or {})
     return result, {}
+
+
+def streaming_reward_handles(config: DictConfig, reward_fn: Any) -> list | None:
+    """Reward workers for the agent loop to score each sample as it ends (verl 0.9's streaming rewards): with the
+    reward loop and no reward model (rule rewards); None otherwise."""
+    from hybridrl.experimental.reward_loop import RewardLoopManager
+
+    if not isinstance(reward_fn, RewardLoopManager) or config.reward_model.enable:
+        return None
+    return reward_fn.reward_loop_worker_handles
+
+
+def judge_metrics(reward_extra_info: dict) -> dict[str, float]:
+    """Pop the reward loop's per-sample judge flags off ``reward_extra_info``: ``reward/judge_errors`` and
+    ``reward/judge_timeouts`` (counts in the batch); ``{}`` for the driver's managers, which set no flags."""
+    from hybridrl.experimental.reward_loop.guard import judge_metrics as count
+
+    return count(reward_extra_info)
 
 
 def compute_reward_async(

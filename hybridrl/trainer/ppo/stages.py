@@ -58,7 +58,7 @@ from hybridrl.trainer.ppo.protocols import (
     RewardModelGroup,
     RolloutGroup,
 )
-from hybridrl.trainer.ppo.reward import compute_reward
+from hybridrl.trainer.ppo.reward import compute_reward, judge_metrics
 from hybridrl.utils.metric import reduce_metrics
 from hybridrl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 
@@ -266,6 +266,7 @@ def reward(
         if rm is not None and "rm_scores" not in batch.batch.keys():
             batch = batch.union(rm.compute_rm_score(batch))
         reward_tensor, extra_info = compute_reward(batch, reward_fn)
+    metrics.update(judge_metrics(extra_info))  # reward/judge_errors, reward/judge_timeouts (reward loop only)
     batch.batch["token_level_scores"] = reward_tensor
     if extra_info:
         batch.non_tensor_batch.update({k: np.array(v) for k, v in extra_info.items()})

@@ -115,7 +115,7 @@ class TaskRunner:
         return RayPPOTrainer
 
     def run(self, config: DictConfig) -> dict[str, float]:
-        from hybridrl.trainer.ppo.reward import load_reward_manager
+        from hybridrl.trainer.ppo.reward import load_reward_manager, uses_reward_loop
         from hybridrl.trainer.ppo.roles import ResourcePoolManager
         from hybridrl.utils.dataset.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
 
@@ -124,7 +124,9 @@ class TaskRunner:
         role_worker_mapping, pool_spec, mapping = build_role_mapping(config)
         reward_kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
         reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
-        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
+        # the reward loop's workers serve validation too (they print no samples)
+        reward_loop = uses_reward_loop(config)
+        val_reward_fn = reward_fn if reward_loop else load_reward_manager(config, tokenizer, 1, **reward_kwargs)
         train_dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor)
         val_dataset = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor)
         trainer = self.trainer_class()(

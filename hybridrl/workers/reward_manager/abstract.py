@@ -25,6 +25,10 @@ class RewardFunctionError(RuntimeError):
     """A reward function failed on one sample."""
 
 
+class ScoreTimeout(TimeoutError):
+    """A manager's own per-call alarm fired (``compute_score_timeout``): handled by the manager, not the policy."""
+
+
 def function_name(fn: Callable) -> str:
     inner = getattr(fn, "func", fn)  # functools.partial
     return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
@@ -114,7 +118,7 @@ class AbstractRewardManager:
             if "score" not in result:
                 return self.failure(i, data_source, f"returned a dict without a 'score' key: {sorted(result)}"), None
             extra, result = result, result["score"]
-        if isinstance(result, (torch.Tensor, np.generic)) and np.size(result) == 1:
+        if (isinstance(result, torch.Tensor) and result.numel() == 1) or isinstance(result, np.generic):
             result = result.item()
         if isinstance(result, bool):
             result = float(result)
@@ -136,6 +140,8 @@ class AbstractRewardManager:
                 ground_truth=ground_truth,
                 extra_info=extra_info,
             )
+        except ScoreTimeout:
+            raise
         except Exception as exc:
             result = self.failure(i, data_source, f"{type(exc).__name__}: {exc}")
         return self.checked_score(i, data_source, result)

@@ -102,10 +102,13 @@ def test_separate_async_rollout_pool_pushes_and_drops(tiny_model_dir, arithmetic
         "trainer.v1.sampler.max_off_policy_threshold": 1, "trainer.total_training_steps": 4,
         "trainer.test_freq": 4, "trainer.save_freq": 4, "trainer.n_gpus_per_node": 1,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 16,
-        "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 1})
+        "actor_rollout_ref.rollout.nnodes": 1, "actor_rollout_ref.rollout.n_gpus_per_node": 1,
+        # rewards stream from the agent loop to one reward-loop worker (the rate-limited manager)
+        "reward.reward_manager.name": "limit", "reward.num_workers": 1})
     proc = run_main_ppo(args, metrics_file)
     assert proc.returncode == 0, failure_report(proc)
     assert "[trainer] rollout_pool: rollout on 1 rank(s)" in proc.stdout + proc.stderr
+    assert "[reward_loop] rewards stream from the agent loop" in proc.stdout + proc.stderr
     metrics = read_metrics(metrics_file)
     staleness = [metrics[s]["training/off_policy/trajectory_staleness/max"] for s in (1, 2, 3, 4)]
     assert staleness == [0.0, 1.0, 0.0, 1.0]
@@ -119,6 +122,7 @@ def test_separate_async_rollout_pool_pushes_and_drops(tiny_model_dir, arithmetic
     assert metrics[2]["async/rollout_idle_s"] >= 0
     assert metrics[4]["actor/pg_loss"] == metrics[4]["actor/pg_loss"]  # trained (not NaN)
     assert any(key.startswith("val-core/") for key in metrics[4])  # validation served by the rollout's pool
+    assert all(metrics[s]["reward/judge_errors"] == 0 for s in (1, 2, 3, 4))  # scored by the reward loop
     diff = {s: metrics[s]["training/rollout_probs_diff_max"] for s in (1, 2, 3, 4)}
     assert diff[1] < 0.05 and diff[3] < 0.05, diff  # on-policy: the engine holds the trainer's weights
     assert diff[1] < diff[2] and diff[3] < diff[4], diff  # the 1-stale steps see older weights

@@ -195,3 +195,9 @@ def test_prime_raising_fn_clear_error(tokenizer, batch):
     manager = PrimeRewardManager(tokenizer, 0, compute_score=raising_scorer, timeout_s=10, num_processes=2)
     with pytest.raises(RewardFunctionError, match="sample 1"):
         manager(batch)
+
+
+@pytest.mark.parametrize("value", [torch.tensor(1.0), torch.tensor([1.0])])
+def test_a_one_element_tensor_score_is_a_number(tokenizer, batch, value):
+    manager = NaiveRewardManager(tokenizer=tokenizer, num_examine=0, compute_score=lambda **kw: value)
+    assert manager(batch).sum(-1).tolist() == [1.0, 1.0, 1.0]

@@ -8,7 +8,9 @@ after the workers started; an over-long prompt when its batch was drawn.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
 
 import pyarrow as pa
@@ -269,8 +271,9 @@ def test_a_vision_language_policy_is_refused_before_ray_where_images_do_not_reac
     idefics3_run = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={idefics3}", *supported)
     assert check_text_only_policy(idefics3_run) == []
     smolvlm2 = tmp_path / "smolvlm2"  # SmolVLM2's own model type: not run here, so refused naming the family
-    smolvlm2.mkdir()
-    (smolvlm2 / "config.json").write_text('{"model_type": "smolvlm", "vision_config": {}}')
+    shutil.copytree(idefics3, smolvlm2)
+    config_json = json.loads((smolvlm2 / "config.json").read_text())
+    (smolvlm2 / "config.json").write_text(json.dumps({**config_json, "model_type": "smolvlm"}))
     message = _preflight_error(_config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={smolvlm2}"))
     assert f"{smolvlm2} is a vision-language model (smolvlm): multimodal RL is not supported yet for this family" \
         in message

@@ -250,8 +250,8 @@ def test_resume_folder_with_a_deleted_shard_is_found_before_ray(tiny_model_dir, 
 def test_a_vision_language_policy_is_refused_before_ray_where_images_do_not_reach_it(
     tiny_vlm_dir, tiny_model_dir, data_files, tmp_path
 ):
-    """Images reach a Qwen-VL or Idefics3 policy only on the sync hf rollout and the padded FSDP forwards, without a critic, reward
-    model or LoRA: every other setting is named before Ray starts (a run would train blind)."""
+    """Images reach a Qwen-VL or Idefics3 policy only on the sync hf rollout and the padded FSDP forwards, without a
+    critic, reward model or LoRA: every other setting is named before Ray starts (a run would train blind)."""
     from hybridrl.config.preflight_model import check_text_only_policy
 
     vlm = tiny_vlm_dir("qwen2_vl")
@@ -274,6 +274,7 @@ def test_a_vision_language_policy_is_refused_before_ray_where_images_do_not_reac
     shutil.copytree(idefics3, smolvlm2)
     config_json = json.loads((smolvlm2 / "config.json").read_text())
     (smolvlm2 / "config.json").write_text(json.dumps({**config_json, "model_type": "smolvlm"}))
-    message = _preflight_error(_config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={smolvlm2}"))
+    smolvlm2_run = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={smolvlm2}")
+    message = _preflight_error(smolvlm2_run)
     assert f"{smolvlm2} is a vision-language model (smolvlm): multimodal RL is not supported yet for this family" \
         in message

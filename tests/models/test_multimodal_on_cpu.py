@@ -52,7 +52,8 @@ def test_pack_unpack_keeps_each_rows_images_through_a_reorder():
 
 
 def idefics3_inputs(crops: int, fill: float) -> dict[str, torch.Tensor]:
-    """Idefics3's processor layout for one row: ``pixel_values [1, N, C, H, W]``, ``pixel_attention_mask [1, N, H, W]``."""
+    """Idefics3's processor layout for one row of N crops: ``pixel_values [1, N, C, H, W]``,
+    ``pixel_attention_mask [1, N, H, W]``."""
     mask = torch.ones(1, crops, 4, 4, dtype=torch.long)
     mask[..., 3:] = 0  # a padded column, as an image narrower than the crop has
     return {"pixel_values": torch.full((1, crops, 3, 4, 4), fill), "pixel_attention_mask": mask}

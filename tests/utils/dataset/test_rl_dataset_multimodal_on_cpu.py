@@ -207,7 +207,8 @@ def test_idefics3_image_splitting_and_two_images(tmp_path, tiny_vlm_dir):
     """Idefics3 with ``data.mm_processor_kwargs`` splitting each image into tiles: every crop (tiles + the global
     view) makes its vision tokens, and the positions stay 1-D (no mrope)."""
     model_dir = tiny_vlm_dir("idefics3")
-    path = write(tmp_path / "two.parquet", [image_row("left <image> and right <image>?", [png((56, 56)), png((56, 28))])])
+    row = image_row("left <image> and right <image>?", [png((56, 56)), png((56, 28))])
+    path = write(tmp_path / "two.parquet", [row])
     splitting = {"do_image_splitting": True, "size": {"longest_edge": 112}}
     item = dataset(path, model_dir, max_prompt_length=256, mm_processor_kwargs=splitting)[0]
     inputs = item["multi_modal_inputs"]

@@ -24,12 +24,13 @@ def shapes_rows(count: int, seed: int = 0) -> list[dict]:
     return module.generate(train_size=count, test_size=0, seed=seed)["train"]
 
 
-def vlm_prompts(tmp_path, model_dir: str, rows: list[dict]) -> DataProto:
+def vlm_prompts(tmp_path, model_dir: str, rows: list[dict], **data_config) -> DataProto:
     """The dataset's collated batch of ``rows`` as the trainer hands it to the rollout: left-padded
-    ``input_ids/attention_mask [B, P]``, mrope ``position_ids [B, 3, P]``, ``multi_modal_data`` / ``multi_modal_inputs``."""
+    ``input_ids/attention_mask [B, P]``, ``position_ids [B, 3, P]`` (Qwen-VL mrope) or ``[B, P]`` (Idefics3),
+    ``multi_modal_data`` / ``multi_modal_inputs`` (``data_config``: more ``data.*`` settings)."""
     path = str(tmp_path / "shapes.parquet")
     pq.write_table(pa.Table.from_pylist(rows), path)
-    dataset = RLHFDataset(path, hf_tokenizer(model_dir), {"max_prompt_length": MAX_PROMPT_LENGTH},
+    dataset = RLHFDataset(path, hf_tokenizer(model_dir), {"max_prompt_length": MAX_PROMPT_LENGTH, **data_config},
                           hf_processor(model_dir))
     batch = collate_fn([dataset[i] for i in range(len(rows))])
     tensors = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}

@@ -36,9 +36,10 @@ def check_model_files(config: DictConfig) -> list[ConfigProblem]:
 
 def check_text_only_policy(config: DictConfig) -> list[ConfigProblem]:
     """Problems when ``actor_rollout_ref.model.path`` is a vision-language model (its ``config.json`` has a
-    ``vision_config``) outside what passes images to the model: a Qwen2-VL / Qwen2.5-VL / Qwen3-VL policy with the
-    sync hf rollout, padded FSDP forwards, no critic, reward model or LoRA (``hybridrl/models/multimodal.py``).
-    Anything else would train on image placeholders the model never sees, so it is refused before Ray starts."""
+    ``vision_config``) outside what passes images to the model: a Qwen2-VL / Qwen2.5-VL / Qwen3-VL or Idefics3
+    (SmolVLM's first release) policy with the sync hf rollout, padded FSDP forwards, no critic, reward model or
+    LoRA (``hybridrl/models/multimodal.py``). Anything else would train on image placeholders the model never sees,
+    so it is refused before Ray starts."""
     key = f"{MODEL}.path"
     folder = os.path.expanduser(str(get(config, key) or ""))
     model_config = _read_json(os.path.join(folder, "config.json"))
@@ -50,7 +51,7 @@ def check_text_only_policy(config: DictConfig) -> list[ConfigProblem]:
             key,
             f"{folder} is a vision-language model ({model_type}): multimodal RL is not supported yet for this "
             f"family (the rollout and the training forwards pass images only to {list(VISION_LANGUAGE_TYPES)}).",
-            "train a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model or a text-only one; what works today for "
+            "train a Qwen2-VL / Qwen2.5-VL / Qwen3-VL or Idefics3 model or a text-only one; what works today for "
             "vision-language models is listed in docs/status.md.",
         )]
     return [
@@ -59,7 +60,7 @@ def check_text_only_policy(config: DictConfig) -> list[ConfigProblem]:
     ]
 
 
-VISION_LANGUAGE_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+VISION_LANGUAGE_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3")
 
 
 def _vision_language_run_problems(config: DictConfig) -> list[tuple[str, str, str]]:

@@ -6,10 +6,12 @@ records, per sample, a fingerprint of what it showed the model; the training for
 is about to use and fails the step naming the sample and the part that differs. Each fingerprint is a short
 string of four parts:
 
-    images   the number of images of the sample
-    grids    their (t, h, w) patch grids (the processor's resize decides them)
+    images   the number of images of the sample (Idefics3: image crops, each image's global view and tiles)
+    grids    their (t, h, w) patch grids (Idefics3: each crop's unpadded height × width in pixels); the
+             processor's resize and splitting decide them
     pixels   a SHA-1 of the samples' pixel_values bytes (first 12 hex digits)
-    tokens   the vision tokens of the prompt (``image_token_id``), which must equal Σ t·h·w / merge²
+    tokens   the vision tokens of the prompt (``image_token_id``), which must equal Σ t·h·w / merge² (Qwen-VL)
+             or crops × (image_size / patch_size)² / scale_factor² (Idefics3)
 
 Independently of the rollout's record, a sample whose prompt holds another number of vision tokens than its
 images make is refused (transformers would fail later with "image features and image tokens do not match", or a
@@ -32,14 +34,45 @@ _PARTS = ("images", "grids", "pixels", "tokens")
 def image_fingerprint(vision_inputs: Mapping[str, Any] | None, vision_tokens: int) -> str:
     """The fingerprint of one sample from its ``multi_modal_inputs`` and its prompt's vision-token count."""
     vision_inputs = vision_inputs or {}
-    grids = vision_inputs.get("image_grid_thw")
-    grid_list = [] if grids is None else torch.as_tensor(grids).long().tolist()
+    grid_list = _grids(vision_inputs)
     pixels = vision_inputs.get("pixel_values")
     digest = "-"
     if pixels is not None:
         digest = hashlib.sha1(torch.as_tensor(pixels).detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:12]
-    values = (len(grid_list), ";".join("x".join(map(str, g)) for g in grid_list) or "-", digest, vision_tokens)
+    values = (len(grid_list), ";".join(grid_list) or "-", digest, vision_tokens)
     return " ".join(f"{part}={value}" for part, value in zip(_PARTS, values))
+
+
+def _grids(vision_inputs: Mapping[str, Any]) -> list[str]:
+    """One entry per image: Qwen-VL ``t x h x w`` patches; Idefics3 per crop ``h x w`` unpadded pixels."""
+    grids = vision_inputs.get("image_grid_thw")
+    if grids is not None:
+        return ["x".join(map(str, g)) for g in torch.as_tensor(grids).long().tolist()]
+    mask = vision_inputs.get("pixel_attention_mask")
+    if mask is None:
+        return []
+    mask = torch.as_tensor(mask).bool().flatten(0, -3)  # [N, H, W]
+    return [f"{h}x{w}" for h, w in zip(mask.any(-1).sum(-1).tolist(), mask.any(-2).sum(-1).tolist())]
+
+
+def expected_vision_tokens(vision_inputs: Mapping[str, Any] | None, model_config: Any) -> int:
+    """The vision tokens a sample's images make in the model of ``model_config``.
+
+    Qwen-VL: Σ t·h·w / m² over ``image_grid_thw`` (m = ``vision_config.spatial_merge_size``). Idefics3: each crop
+    that is not all zeros (the model drops all-zero padding crops) gives (image_size / patch_size)² / scale_factor².
+    """
+    vision_inputs = vision_inputs or {}
+    vision_config = getattr(model_config, "vision_config", None)
+    grids = vision_inputs.get("image_grid_thw")
+    if grids is not None:
+        merge = int(getattr(vision_config, "spatial_merge_size", 1) or 1)
+        return int(torch.as_tensor(grids).prod(-1).sum()) // merge**2
+    pixels, scale = vision_inputs.get("pixel_values"), getattr(model_config, "scale_factor", None)
+    if pixels is None or scale is None:
+        return 0
+    crops = torch.as_tensor(pixels).flatten(0, -4).flatten(1)  # [N, C·H·W]
+    real_crops = int((crops != 0).any(-1).sum())
+    return real_crops * (vision_config.image_size // vision_config.patch_size) ** 2 // int(scale) ** 2
 
 
 def vision_tokens_of(prompt_ids: torch.Tensor, image_token_id: int) -> list[int]:
@@ -56,7 +89,7 @@ def check_images(
         prompt_ids: the prompt part of ``input_ids``, ``[B, P]``.
         non_tensor_batch: the batch's columns: ``multi_modal_inputs``, optionally ``multi_modal_fingerprint``
             (the rollout's) and ``uid`` (named in the error).
-        model_config: the policy's HF config (``image_token_id``, ``vision_config.spatial_merge_size``).
+        model_config: the policy's HF config (``image_token_id`` and :func:`expected_vision_tokens`' fields).
 
     Returns:
         The number of samples checked (those with images or a recorded fingerprint).
@@ -68,7 +101,6 @@ def check_images(
     image_token_id = getattr(model_config, "image_token_id", None)
     if not len(rows) or image_token_id is None:
         return 0
-    merge = int(getattr(getattr(model_config, "vision_config", None), "spatial_merge_size", 1) or 1)
     recorded = non_tensor_batch.get(FINGERPRINT_KEY)
     uids = non_tensor_batch.get("uid")
     problems, checked = [], 0
@@ -78,8 +110,7 @@ def check_images(
             continue  # a text row of a text batch
         checked += 1
         name = f"sample {i}" + (f" (uid {uids[i]})" if uids is not None else "")
-        grids = (row or {}).get("image_grid_thw")
-        expected = 0 if grids is None else int(torch.as_tensor(grids).prod(-1).sum()) // merge**2
+        expected = expected_vision_tokens(row, model_config)
         if expected != tokens:
             problems.append(f"{name}: its prompt holds {tokens} vision tokens but its images make {expected}")
         fingerprint = image_fingerprint(row, tokens)

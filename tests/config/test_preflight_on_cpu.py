@@ -8,7 +8,9 @@ after the workers started; an over-long prompt when its batch was drawn.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
 
 import pyarrow as pa
@@ -248,8 +250,8 @@ def test_resume_folder_with_a_deleted_shard_is_found_before_ray(tiny_model_dir, 
 def test_a_vision_language_policy_is_refused_before_ray_where_images_do_not_reach_it(
     tiny_vlm_dir, tiny_model_dir, data_files, tmp_path
 ):
-    """Images reach a Qwen-VL policy only on the sync hf rollout and the padded FSDP forwards, without a critic, reward
-    model or LoRA: every other setting is named before Ray starts (a run would train blind)."""
+    """Images reach a Qwen-VL or Idefics3 policy only on the sync hf rollout and the padded FSDP forwards, without a
+    critic, reward model or LoRA: every other setting is named before Ray starts (a run would train blind)."""
     from hybridrl.config.preflight_model import check_text_only_policy
 
     vlm = tiny_vlm_dir("qwen2_vl")
@@ -259,11 +261,20 @@ def test_a_vision_language_policy_is_refused_before_ray_where_images_do_not_reac
     for key in ("rollout.name", "rollout.mode", "model.use_remove_padding", "critic.enable"):
         assert f"{key}: {vlm} is a vision-language model (qwen2_vl), and " in message, key
     assert "set actor_rollout_ref.rollout.mode=sync" in message
-    supported = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={vlm}",
-                        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.mode=sync",
-                        "actor_rollout_ref.model.use_remove_padding=False", "algorithm.adv_estimator=grpo")
-    assert check_text_only_policy(supported) == []
-    idefics3 = tiny_vlm_dir("idefics3")
+    supported = ("actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.mode=sync",
+                 "actor_rollout_ref.model.use_remove_padding=False", "algorithm.adv_estimator=grpo")
+    assert check_text_only_policy(_config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={vlm}",
+                                          *supported)) == []
+    idefics3 = tiny_vlm_dir("idefics3")  # the 1-D-rope family passes under the same restrictions
     message = _preflight_error(_config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={idefics3}"))
-    assert f"{idefics3} is a vision-language model (idefics3): multimodal RL is not supported yet for this family" \
+    assert f"model.use_remove_padding: {idefics3} is a vision-language model (idefics3), and " in message
+    idefics3_run = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={idefics3}", *supported)
+    assert check_text_only_policy(idefics3_run) == []
+    smolvlm2 = tmp_path / "smolvlm2"  # SmolVLM2's own model type: not run here, so refused naming the family
+    shutil.copytree(idefics3, smolvlm2)
+    config_json = json.loads((smolvlm2 / "config.json").read_text())
+    (smolvlm2 / "config.json").write_text(json.dumps({**config_json, "model_type": "smolvlm"}))
+    smolvlm2_run = _config(tiny_model_dir, data_files, tmp_path, f"actor_rollout_ref.model.path={smolvlm2}")
+    message = _preflight_error(smolvlm2_run)
+    assert f"{smolvlm2} is a vision-language model (smolvlm): multimodal RL is not supported yet for this family" \
         in message

@@ -23,17 +23,20 @@ ROWS, RESPONSE_LEN = 3, 4
 def rollout_batch(tiny_vlm_dir, tmp_path_factory):
     """The tiny Qwen2-VL, and its hf rollout's output on 3 shapes prompts (with the recorded fingerprints) plus the
     keys an update reads."""
+    return make_rollout_batch(tiny_vlm_dir("qwen2_vl"), tmp_path_factory.mktemp("shapes"))
+
+
+def make_rollout_batch(model_dir, tmp_path):
     from config_testlib import compose_section
     from transformers import AutoModelForImageTextToText
 
-    model_dir = tiny_vlm_dir("qwen2_vl")
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = hf_tokenizer(model_dir)
     config = compose_section("actor_rollout_ref.rollout", name="hf", response_length=RESPONSE_LEN, prompt_length=64,
                              dtype="float32", calculate_log_probs=False, seed=0, tensor_model_parallel_size=1)
     engine = HFRollout(copy.deepcopy(model), config, eos_token_ids=[tokenizer.eos_token_id],
                        pad_token_id=tokenizer.pad_token_id)
-    prompts = vlm_prompts(tmp_path_factory.mktemp("shapes"), model_dir, shapes_rows(ROWS))
+    prompts = vlm_prompts(tmp_path, model_dir, shapes_rows(ROWS))
     prompts.non_tensor_batch["uid"] = __import__("numpy").array([f"u{i}" for i in range(ROWS)], dtype=object)
     out = engine.generate_sequences(prompts)
     out.batch["response_mask"] = out.batch["attention_mask"][:, -RESPONSE_LEN:]
@@ -94,6 +97,28 @@ def test_a_processor_resize_fails_the_check(rollout_batch):
     planted.pop(FINGERPRINT_KEY)
     with pytest.raises(ValueError, match="images make 1"):
         check_images(prompt_ids, planted, model.config)
+
+
+def test_idefics3_swapped_images_and_a_split_are_caught(tiny_vlm_dir, tmp_path):
+    """Idefics3 (1-D rope, crops + pixel_attention_mask): the same checks through its own inputs."""
+    model_dir, model, out = make_rollout_batch(tiny_vlm_dir("idefics3"), tmp_path)
+    recorded = out.non_tensor_batch[FINGERPRINT_KEY]
+    assert recorded[0].startswith("images=1 grids=56x56 pixels=") and recorded[0].endswith(" tokens=4")
+    assert update(model, out)[CHECKED_IMAGES_METRIC] == [float(ROWS)]
+    swapped = copy.deepcopy(out)
+    inputs = swapped.non_tensor_batch["multi_modal_inputs"]
+    inputs[0], inputs[1] = inputs[1], inputs[0]
+    with pytest.raises(ValueError, match=r"sample 0 \(uid u0\): pixels: rollout \w+, training \w+.*sample 1"):
+        update(model, swapped)
+    # the processor run again with image splitting: 4 tiles + the global view = 5 crops, 20 vision tokens
+    image = out.non_tensor_batch["multi_modal_data"][0]["image"][0]
+    split = hf_processor(model_dir).image_processor(images=[image], return_tensors="pt", do_image_splitting=True,
+                                                    size={"longest_edge": 112})
+    planted = dict(out.non_tensor_batch)
+    planted["multi_modal_inputs"] = [dict(split), *out.non_tensor_batch["multi_modal_inputs"][1:]]
+    with pytest.raises(ValueError, match=r"sample 0 \(uid u0\): its prompt holds 4 vision tokens but its images make "
+                                         r"20.*images: rollout 1, training 5"):
+        check_images(out.batch["prompts"], planted, model.config)
 
 
 def test_a_text_batch_is_not_checked():

@@ -1,4 +1,5 @@
-"""Images in the training forwards: per-row packing, the actor's log-probs and update on a tiny Qwen-VL batch.
+"""Images in the training forwards: per-row packing, the actor's log-probs and update on tiny Qwen-VL / Idefics3
+batches.
 
 Each row's images must reach the model with that row, whatever micro-batching and reordering (token-budget
 micro-batches) came before; the reference is one plain HF forward per row with its own image.
@@ -24,7 +25,10 @@ from hybridrl.workers.actor import DataParallelPPOActor
 from hybridrl.workers.rollout.output import build_rollout_tensors
 
 RESPONSE_LEN = 5
-QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "idefics3")
+# Idefics3 with image splitting: each 56×56 image upscaled to 112 → 4 tiles + the global view = 5 crops per row
+IDEFICS3_SPLITTING = {"mm_processor_kwargs": {"do_image_splitting": True, "size": {"longest_edge": 112}},
+                      "max_prompt_length": 144}
 
 
 def image_inputs(patches: int, images: int, fill: float) -> dict[str, torch.Tensor]:
@@ -47,9 +51,33 @@ def test_pack_unpack_keeps_each_rows_images_through_a_reorder():
         pack_vision_inputs([{"pixel_values_videos": torch.zeros(1)}])
 
 
-def vlm_ppo_batch(tmp_path, model_dir: str, rows: int, seed: int = 0):
+def idefics3_inputs(crops: int, fill: float) -> dict[str, torch.Tensor]:
+    """Idefics3's processor layout for one row of N crops: ``pixel_values [1, N, C, H, W]``,
+    ``pixel_attention_mask [1, N, H, W]``."""
+    mask = torch.ones(1, crops, 4, 4, dtype=torch.long)
+    mask[..., 3:] = 0  # a padded column, as an image narrower than the crop has
+    return {"pixel_values": torch.full((1, crops, 3, 4, 4), fill), "pixel_attention_mask": mask}
+
+
+def test_idefics3_crops_and_masks_pack_per_row_through_a_reorder():
+    rows = [idefics3_inputs(1, 1.0), {}, idefics3_inputs(5, 3.0)]  # one crop; a text row; 4 tiles + the global view
+    packed = pack_vision_inputs(rows)
+    assert packed["mm_pixel_values"].shape == (3, 5, 3, 4, 4) and packed["mm_num_patches"].tolist() == [1, 0, 5]
+    assert packed["mm_pixel_attention_mask"].shape == (3, 5, 4, 4) and packed["mm_num_crops"].tolist() == [1, 0, 5]
+    unpacked = unpack_vision_inputs({key: value[[2, 1, 0]] for key, value in packed.items()})
+    expected = concat_vision_inputs([rows[2], rows[1], rows[0]])
+    assert expected["pixel_values"].shape == (1, 6, 3, 4, 4)  # one image batch of all crops, in row order
+    assert expected["pixel_attention_mask"].shape == (1, 6, 4, 4)
+    assert set(unpacked) == set(expected)
+    for key in expected:
+        assert torch.equal(unpacked[key], expected[key]), key
+    with pytest.raises(ValueError, match="same processor"):
+        pack_vision_inputs([idefics3_inputs(1, 1.0), image_inputs(4, 1, 1.0)])
+
+
+def vlm_ppo_batch(tmp_path, model_dir: str, rows: int, seed: int = 0, **data_config):
     """The shapes prompts + random right-padded responses of different lengths, with the PPO keys the actor reads."""
-    prompts = vlm_prompts(tmp_path, model_dir, shapes_rows(rows, seed=seed))
+    prompts = vlm_prompts(tmp_path, model_dir, shapes_rows(rows, seed=seed), **data_config)
     gen = torch.Generator().manual_seed(seed)
     responses = torch.randint(5, 200, (rows, RESPONSE_LEN), generator=gen)
     lengths = [RESPONSE_LEN - (i % 3) for i in range(rows)]
@@ -98,11 +126,11 @@ def load_vlm(model_dir):
     return AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
 
 
-@pytest.mark.parametrize("family", QWEN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_actor_log_probs_equal_a_forward_per_row(tmp_path, tiny_vlm_dir, family):
     model_dir = tiny_vlm_dir(family)
     model = load_vlm(model_dir)
-    data = vlm_ppo_batch(tmp_path, model_dir, rows=4)
+    data = vlm_ppo_batch(tmp_path, model_dir, rows=4, **(IDEFICS3_SPLITTING if family == "idefics3" else {}))
     # token-budget micro-batches reorder the rows: each must still meet its own image
     data.meta_info.update(micro_batch_size=2, use_dynamic_bsz=True, max_token_len=2 * data.batch["input_ids"].shape[1])
     log_probs, _ = DataParallelPPOActor(actor_config(), model).compute_log_prob(data)
@@ -110,8 +138,13 @@ def test_actor_log_probs_equal_a_forward_per_row(tmp_path, tiny_vlm_dir, family)
     torch.testing.assert_close(log_probs[mask], per_row_reference(model, data)[mask], rtol=1e-5, atol=1e-5)
 
 
-def test_one_update_changes_the_loss_and_packed_forward_is_refused(tmp_path, tiny_vlm_dir):
-    model_dir = tiny_vlm_dir("qwen2_vl")
+def vision_tower(model):
+    return model.model.vision_model if hasattr(model.model, "vision_model") else model.model.visual  # Idefics3 / Qwen
+
+
+@pytest.mark.parametrize("family", ("qwen2_vl", "idefics3"))
+def test_one_update_changes_the_loss_and_packed_forward_is_refused(tmp_path, tiny_vlm_dir, family):
+    model_dir = tiny_vlm_dir(family)
     model = copy.deepcopy(load_vlm(model_dir))
     data = vlm_ppo_batch(tmp_path, model_dir, rows=4)
     data.meta_info.update(micro_batch_size=2)
@@ -123,8 +156,8 @@ def test_one_update_changes_the_loss_and_packed_forward_is_refused(tmp_path, tin
     losses = metrics["actor/pg_loss"]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
     assert losses[1] != losses[0] and metrics["actor/grad_norm"][0] > 0
-    vision_before = load_vlm(model_dir).model.visual.state_dict()
-    assert any(not torch.equal(v, model.model.visual.state_dict()[k]) for k, v in vision_before.items())
+    vision_before = vision_tower(load_vlm(model_dir)).state_dict()
+    assert any(not torch.equal(v, vision_tower(model).state_dict()[k]) for k, v in vision_before.items())
 
     packed = DataParallelPPOActor(actor_config(use_remove_padding=True), model)
     with pytest.raises(NotImplementedError, match="use_remove_padding=False"):

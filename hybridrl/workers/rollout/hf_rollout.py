@@ -111,8 +111,9 @@ class HFRollout(BaseRollout):
     def _generate_token_ids_with_images(
         self, prompt_token_ids: list[list[int]], vision_rows: list[Any], params: SamplingParams
     ) -> tuple[list[list[int]], list[list[float]] | None]:
-        """Prompts with images: ``transformers.generate`` per micro-batch with its rows' ``pixel_values`` /
-        ``image_grid_thw`` (the model computes its mrope positions from them), sampling seeded from the
+        """Prompts with images: ``transformers.generate`` per micro-batch with its rows' vision inputs (Qwen-VL
+        ``pixel_values`` / ``image_grid_thw``, from which the model computes its mrope positions; Idefics3
+        ``pixel_values`` / ``pixel_attention_mask``), sampling seeded from the
         engine's generator (so a fixed seed and step give the same samples). The image and video placeholder ids are
         never sampled (a response holding one would meet no image features in the training forward: transformers'
         "image features and image tokens do not match"); the log-probs stay those of the unmodified logits."""

@@ -201,3 +201,20 @@ def test_image_paths_are_read(tmp_path, tiny_vlm_dir):
     row = {**image_row("<image>colour?", []), "images": [str(picture)]}
     item = dataset(write(tmp_path / "paths.parquet", [row]), tiny_vlm_dir("qwen2_vl"))[0]
     assert item["multi_modal_data"]["image"][0].getpixel((0, 0)) == (200, 10, 10)
+
+
+def test_idefics3_image_splitting_and_two_images(tmp_path, tiny_vlm_dir):
+    """Idefics3 with ``data.mm_processor_kwargs`` splitting each image into tiles: every crop (tiles + the global
+    view) makes its vision tokens, and the positions stay 1-D (no mrope)."""
+    model_dir = tiny_vlm_dir("idefics3")
+    row = image_row("left <image> and right <image>?", [png((56, 56)), png((56, 28))])
+    path = write(tmp_path / "two.parquet", [row])
+    splitting = {"do_image_splitting": True, "size": {"longest_edge": 112}}
+    item = dataset(path, model_dir, max_prompt_length=256, mm_processor_kwargs=splitting)[0]
+    inputs = item["multi_modal_inputs"]
+    crops = inputs["pixel_values"].shape[1]
+    assert inputs["pixel_values"].shape == (1, crops, 3, 56, 56) and inputs["pixel_attention_mask"].shape[1] == crops
+    assert crops > 2  # tiles besides the two global views
+    assert int((item["input_ids"] == load_model(model_dir).config.image_token_id).sum()) == TOKENS_PER_IMAGE * crops
+    mask = item["attention_mask"]
+    assert torch.equal(item["position_ids"], (mask.cumsum(-1) - 1).clamp(min=0))

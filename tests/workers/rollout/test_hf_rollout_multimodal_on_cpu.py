@@ -1,8 +1,9 @@
 """The hf engine with images: prompts carrying ``multi_modal_inputs`` generate with their vision tokens attended.
 
-A tiny random Qwen2-VL (matrices redrawn at std 0.3 so that the decode depends on its input) on the shapes task's
-prompts: greedy tokens equal ``transformers.generate`` with the same images, sampled tokens change with the image
-under a fixed seed, and the output keeps each sample's ``multi_modal_inputs`` and extends the mrope positions.
+Tiny random Qwen2-VL and Idefics3 models (matrices redrawn at std 0.3 so that the decode depends on its input) on
+the shapes task's prompts: greedy tokens equal ``transformers.generate`` on each row with its own images, sampled
+tokens change with the image under a fixed seed, and the output keeps each sample's ``multi_modal_inputs`` and
+extends the position ids (mrope ``[B, 3, S]`` or 1-D ``[B, S]``).
 """
 
 from __future__ import annotations
@@ -12,18 +13,15 @@ import torch
 from rollout_testlib import rollout_config
 from vlm_testlib import shapes_rows, vlm_prompts
 
-from hybridrl.models.multimodal import concat_vision_inputs
 from hybridrl.utils.tokenizer import hf_tokenizer
 from hybridrl.workers.rollout.hf_rollout import HFRollout, left_pad
 
 RESPONSE_LENGTH = 6
 
 
-@pytest.fixture(scope="module")
-def qwen2_vl(tiny_vlm_dir):
+def random_vlm(model_dir):
     from transformers import AutoModelForImageTextToText
 
-    model_dir = tiny_vlm_dir("qwen2_vl")
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -33,27 +31,34 @@ def qwen2_vl(tiny_vlm_dir):
     return model_dir, model
 
 
+@pytest.fixture(scope="module")
+def qwen2_vl(tiny_vlm_dir):
+    return random_vlm(tiny_vlm_dir("qwen2_vl"))
+
+
 def engine(model_dir, model, **overrides):
     tokenizer = hf_tokenizer(model_dir)
     config = rollout_config(response_length=RESPONSE_LENGTH, **overrides)
     return HFRollout(model, config, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id)
 
 
-def test_greedy_equals_generate_and_output_keeps_images(tmp_path, qwen2_vl):
-    model_dir, model = qwen2_vl
+@pytest.mark.parametrize("family", ("qwen2_vl", "idefics3"))
+def test_greedy_equals_generate_and_output_keeps_images(tmp_path, tiny_vlm_dir, family):
+    model_dir, model = random_vlm(tiny_vlm_dir(family))
     prompts = vlm_prompts(tmp_path, model_dir, shapes_rows(3))
     prompts.meta_info.update(do_sample=False)
     # the trainer repeats each row rollout.n = 2 times before the call; micro-batches of 2 split a row's pair apart
-    out = engine(model_dir, model, micro_batch_size=3).generate_sequences(prompts.repeat(2, interleave=True))
+    rollout = engine(model_dir, model, micro_batch_size=3)
+    out = rollout.generate_sequences(prompts.repeat(2, interleave=True))
 
     rows = prompts.batch["input_ids"].shape[0]
     inputs = list(prompts.non_tensor_batch["multi_modal_inputs"])
-    with torch.no_grad():
-        expected = model.generate(
-            input_ids=prompts.batch["input_ids"], attention_mask=prompts.batch["attention_mask"],
-            **concat_vision_inputs(inputs), do_sample=False, max_new_tokens=RESPONSE_LENGTH, eos_token_id=None,
-            suppress_tokens=[model.config.image_token_id, model.config.video_token_id],  # as the engine does
-        )[:, -RESPONSE_LENGTH:]
+    with torch.no_grad():  # plain HF generate, one row at a time with the processor's own outputs for its images
+        expected = torch.cat([model.generate(
+            input_ids=prompts.batch["input_ids"][i : i + 1], attention_mask=prompts.batch["attention_mask"][i : i + 1],
+            **inputs[i], do_sample=False, max_new_tokens=RESPONSE_LENGTH, eos_token_id=None,
+            suppress_tokens=rollout._vision_placeholder_ids(),  # the image placeholder id, as the engine does
+        )[:, -RESPONSE_LENGTH:] for i in range(rows)])
     responses = out.batch["responses"]
     assert responses.shape == (2 * rows, RESPONSE_LENGTH)
     eos = hf_tokenizer(model_dir).eos_token_id
@@ -66,16 +71,18 @@ def test_greedy_equals_generate_and_output_keeps_images(tmp_path, qwen2_vl):
         # each sample keeps its row's images
         kept = out.non_tensor_batch["multi_modal_inputs"][2 * i + 1]
         assert torch.equal(kept["pixel_values"], inputs[i]["pixel_values"])
-    # mrope positions [B, 3, P + R]: the response continues from the last prompt position on every row
+    # positions [B, 3, P + R] (mrope) or [B, P + R]: the response continues from the last prompt position
     position_ids = out.batch["position_ids"]
     prompt_length = prompts.batch["input_ids"].shape[1]
-    assert position_ids.shape == (2 * rows, 3, prompt_length + RESPONSE_LENGTH)
-    last = position_ids[:, :, prompt_length - 1 : prompt_length]
-    assert torch.equal(position_ids[:, :, prompt_length:], last + torch.arange(1, RESPONSE_LENGTH + 1))
+    rope_rows = (3,) if family == "qwen2_vl" else ()
+    assert position_ids.shape == (2 * rows, *rope_rows, prompt_length + RESPONSE_LENGTH)
+    last = position_ids[..., prompt_length - 1 : prompt_length]
+    assert torch.equal(position_ids[..., prompt_length:], last + torch.arange(1, RESPONSE_LENGTH + 1))
 
 
-def test_sampled_tokens_change_with_the_image(tmp_path, qwen2_vl):
-    model_dir, model = qwen2_vl
+@pytest.mark.parametrize("family", ("qwen2_vl", "idefics3"))
+def test_sampled_tokens_change_with_the_image(tmp_path, tiny_vlm_dir, family):
+    model_dir, model = random_vlm(tiny_vlm_dir(family))
     rows = shapes_rows(4)
     swapped = [{**row, "images": rows[(i + 1) % len(rows)]["images"]} for i, row in enumerate(rows)]
 

@@ -300,3 +300,18 @@ def test_decode_matmuls_shapes_totals_and_a_small_run():
     assert totals[2]["linear_s"] == pytest.approx(sum(at2[n]["linear_s"] for n in separate))
     assert totals[2]["fused_linear_s"] == pytest.approx(
         sum(at2[n]["linear_s"] for n in ("qkv_fused", "o_proj", "gate_up_fused", "down_proj")))
+
+
+def test_busy_neighbour_reads_the_step_times_of_a_metrics_file(tmp_path):
+    import json
+
+    from bench_busy_neighbour import _step_times
+
+    rows = [
+        {"step": 0, "data": {"val-core/arithmetic/reward/mean@1": 0.1}},  # validation before training: no step time
+        {"step": 1, "data": {"timing_s/step": 12.5, "actor/pg_loss": 0.1}},
+        {"step": 2, "data": {"timing_s/step": 8.25}},
+    ]
+    metrics = tmp_path / "run.jsonl"
+    metrics.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    assert _step_times(metrics) == [12.5, 8.25]

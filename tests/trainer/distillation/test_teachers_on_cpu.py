@@ -11,7 +11,8 @@ from hybridrl.trainer.distillation.teachers import Teachers
 from hybridrl.trainer.ppo.stages import StageError
 from hybridrl.workers.actor.distillation import DISTILLATION_META_KEY, TEACHER_LOG_PROBS_KEY, DistillationLossParams
 
-PARAMS = DistillationLossParams(loss_mode="k3", use_task_rewards=True, distillation_loss_coef=1.0,
+PARAMS = DistillationLossParams(loss_mode="k3", topk=32, log_prob_min_clamp=None, use_task_rewards=True,
+                                distillation_loss_coef=1.0,
                                 loss_max_clamp=None, use_policy_gradient=False, clip_ratio_low=0.2, clip_ratio_high=0.2)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from hybridrl.config.access import ACTOR, REF, get
-from hybridrl.config.errors import ConfigProblem
+from hybridrl.config.errors import ConfigProblem, warn_once
 
 __all__ = ["RUNNABLE_LOSS_MODES", "SINGLE_TEACHER_KEY", "TeacherSpec", "check_distillation", "teacher_specs"]
 
@@ -81,6 +81,10 @@ def _loss_problems(config: DictConfig) -> list[ConfigProblem]:
     if mode == "forward_kl_topk" and (not isinstance(topk, int) or isinstance(topk, bool) or topk < 1):
         problems.append(ConfigProblem(f"{_LOSS}.topk", f"loss_mode=forward_kl_topk needs an integer topk >= 1, got "
                                       f"{topk!r}.", f"set {_LOSS}.topk=32 (verl's default) or another k."))
+    if mode == "forward_kl_topk" and use_pg:  # as verl: allowed, warned
+        warn_once(f"{_LOSS}.use_policy_gradient=True with loss_mode=forward_kl_topk: the policy gradient moves only "
+                  "the sampled token's log-prob, so the teacher's top-k distribution is mostly unused; set "
+                  "use_policy_gradient=False to backpropagate the top-k forward KL.")
     if mode not in RUNNABLE_LOSS_MODES:
         problems.append(ConfigProblem(f"{_LOSS}.loss_mode", f"unknown loss mode {mode!r}.",
                                       f"use one of {list(RUNNABLE_LOSS_MODES)}."))

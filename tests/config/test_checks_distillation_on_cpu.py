@@ -53,8 +53,11 @@ def test_k1_as_a_policy_gradient_reward_passes():
                      "distillation.distillation_loss.use_policy_gradient=True") == {}
 
 
-def test_the_top_k_forward_kl_passes():
+def test_the_top_k_forward_kl_passes_and_warns_with_the_policy_gradient():
     assert _problems("distillation.distillation_loss.loss_mode=forward_kl_topk") == {}
+    with pytest.warns(UserWarning, match="use_policy_gradient=True with loss_mode=forward_kl_topk"):
+        assert _problems("distillation.distillation_loss.loss_mode=forward_kl_topk",
+                         "distillation.distillation_loss.use_policy_gradient=True") == {}
 
 
 def test_several_teachers_drop_the_default_entry_and_need_distinct_keys():

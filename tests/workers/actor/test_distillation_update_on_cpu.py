@@ -92,10 +92,12 @@ def test_policy_gradient_mode_reports_verl_metrics(causal_lm, make_batch, make_a
 TOPK_IDS, TOPK_LOG_PROBS = "teacher_topk_ids", "teacher_topk_logprobs"
 
 
-def _teacher_topk(model, config, data, k, temperature=1.0, use_remove_padding=False):
-    """A teacher's forward (the reference actor's ``compute_token_outputs`` with ``topk``)."""
+def _teacher_topk(model, config, data, k, temperature=1.0, use_remove_padding=False, max_token_len=None):
+    """A teacher's forward (the reference actor's ``compute_token_outputs`` with ``topk``); ``max_token_len``:
+    token-budget micro-batches (rows reordered, then restored)."""
     data = copy.deepcopy(data)
-    data.meta_info.update(micro_batch_size=4, use_dynamic_bsz=False, max_token_len=None, temperature=temperature)
+    data.meta_info.update(micro_batch_size=4, use_dynamic_bsz=max_token_len is not None, max_token_len=max_token_len,
+                          temperature=temperature)
     actor = DataParallelPPOActor(config, model, use_remove_padding=use_remove_padding)
     outputs = actor.compute_token_outputs(data, topk=k)
     return outputs["topk_log_probs"], outputs["topk_ids"]
@@ -117,8 +119,8 @@ def test_the_teachers_top_k_is_torch_topk_of_an_hf_forward_padded_and_packed(cau
                            position_ids=batch["position_ids"]).logits[:, -response_length - 1 : -1]
     expected = torch.topk(torch.log_softmax(logits.float() / temperature, dim=-1), k, dim=-1)
     mask = batch["response_mask"].bool()
-    for packed in (False, True):
-        log_probs, ids = _teacher_topk(causal_lm, make_actor_config(), data, k, temperature, use_remove_padding=packed)
+    for packed, budget in ((False, None), (True, None), (True, 20)):
+        log_probs, ids = _teacher_topk(causal_lm, make_actor_config(), data, k, temperature, packed, budget)
         assert log_probs.shape == ids.shape == (*mask.shape, k)
         torch.testing.assert_close(log_probs[mask], expected.values[mask], atol=1e-5, rtol=1e-5)
         assert torch.equal(ids[mask], expected.indices[mask])

@@ -2,9 +2,11 @@
 
 What runs: teachers on the hf path (an FSDP forward of each teacher, the reference policy's machinery) on their
 own pool ``[distillation.n_gpus_per_node] * distillation.nnodes``, the single-sample reverse-KL losses (k1, k3,
-...) supervised or as a policy-gradient reward, mixed with the task loss. Refused here, each with its key: the
-top-k forward KL (``forward_kl_topk``), a vllm / sglang teacher, a Megatron actor, a supervised k1 loss (its
-gradient ignores the teacher, as verl refuses it) and a policy loss other than ``vanilla`` (as verl).
+...) supervised or as a policy-gradient reward and the top-k forward KL (``forward_kl_topk``, the teacher's
+``topk`` log-probs), mixed with the task loss. Refused here, each with its key: a ``topk`` below 1 (one larger
+than the vocabulary: the preflight, ``preflight_teacher``), a vllm / sglang teacher, a Megatron actor, a
+supervised k1 loss (its gradient ignores the teacher, as verl refuses it) and a policy loss other than
+``vanilla`` (as verl).
 
 Teachers follow verl's ``DistillationConfig``: ``teacher_models`` holds ``teacher_model`` by default; with that
 one entry alone it is the single teacher and scores every sample (key ``default``); with more entries
@@ -19,12 +21,13 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from hybridrl.config.access import ACTOR, REF, get
-from hybridrl.config.errors import ConfigProblem
+from hybridrl.config.errors import ConfigProblem, warn_once
 
 __all__ = ["RUNNABLE_LOSS_MODES", "SINGLE_TEACHER_KEY", "TeacherSpec", "check_distillation", "teacher_specs"]
 
-# the loss modes the actor computes (hybridrl.algos.distillation.ESTIMATOR_LOSS_MODES; a test keeps them equal)
-RUNNABLE_LOSS_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+# the loss modes the actor computes (hybridrl.algos.distillation's ESTIMATOR_LOSS_MODES + TOPK_LOSS_MODES; a test
+# keeps them equal)
+RUNNABLE_LOSS_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "forward_kl_topk")
 # the key of the single teacher (verl's)
 SINGLE_TEACHER_KEY = "default"
 _DEFAULT_ENTRY = "teacher_model"
@@ -74,11 +77,15 @@ def check_distillation(config: DictConfig) -> list[ConfigProblem]:
 def _loss_problems(config: DictConfig) -> list[ConfigProblem]:
     mode, use_pg = get(config, f"{_LOSS}.loss_mode"), get(config, f"{_LOSS}.use_policy_gradient")
     problems = []
-    if mode == "forward_kl_topk":
-        problems.append(ConfigProblem(f"{_LOSS}.loss_mode", "the top-k forward KL (forward_kl_topk) is not "
-                                      "implemented in hybridrl's actor yet (its math is: hybridrl.algos.distillation).",
-                                      "use loss_mode=k3 (supervised) or loss_mode=k1 with use_policy_gradient=True."))
-    elif mode not in RUNNABLE_LOSS_MODES:
+    topk = get(config, f"{_LOSS}.topk")
+    if mode == "forward_kl_topk" and (not isinstance(topk, int) or isinstance(topk, bool) or topk < 1):
+        problems.append(ConfigProblem(f"{_LOSS}.topk", f"loss_mode=forward_kl_topk needs an integer topk >= 1, got "
+                                      f"{topk!r}.", f"set {_LOSS}.topk=32 (verl's default) or another k."))
+    if mode == "forward_kl_topk" and use_pg:  # as verl: allowed, warned
+        warn_once(f"{_LOSS}.use_policy_gradient=True with loss_mode=forward_kl_topk: the policy gradient moves only "
+                  "the sampled token's log-prob, so the teacher's top-k distribution is mostly unused; set "
+                  "use_policy_gradient=False to backpropagate the top-k forward KL.")
+    if mode not in RUNNABLE_LOSS_MODES:
         problems.append(ConfigProblem(f"{_LOSS}.loss_mode", f"unknown loss mode {mode!r}.",
                                       f"use one of {list(RUNNABLE_LOSS_MODES)}."))
     elif mode in ("k1", "kl") and not use_pg:

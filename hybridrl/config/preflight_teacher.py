@@ -1,6 +1,7 @@
 """Preflight of distillation teachers: a teacher scores the student's token ids, so its vocabulary must be the
 student's. Refused before Ray starts, naming both sizes: a ``config.json`` ``vocab_size`` (the logits' width) that
-differs, or a tokenizer that maps any token to another id (the same size with another vocabulary included).
+differs, or a tokenizer that maps any token to another id (the same size with another vocabulary included); and
+with ``loss_mode=forward_kl_topk`` a ``distillation.distillation_loss.topk`` larger than the vocabulary.
 """
 
 from __future__ import annotations
@@ -38,7 +39,19 @@ def check_teacher_vocabulary(config: DictConfig) -> list[ConfigProblem]:
                 key, f"the teacher {teacher} has {mismatch} ({student} is the student): the teacher must score the "
                 "student's token ids with the same tokenizer.",
                 f"point {key} at a teacher of the student's model family (the same tokenizer and vocabulary)."))
-    return problems
+    return problems + _topk_problems(config, student)
+
+
+def _topk_problems(config: DictConfig, student: str) -> list[ConfigProblem]:
+    """``topk`` larger than the student's ``config.json`` ``vocab_size`` (forward_kl_topk only)."""
+    key = "distillation.distillation_loss.topk"
+    topk, vocab_size = get(config, key), _config_vocab_size(student)
+    if get(config, "distillation.distillation_loss.loss_mode") != "forward_kl_topk" or vocab_size is None:
+        return []
+    if isinstance(topk, int) and topk > vocab_size:
+        return [ConfigProblem(key, f"the top-k forward KL takes the teacher's {topk} most likely tokens, and the "
+                              f"vocabulary of {student} has {vocab_size}.", f"set {key} <= {vocab_size}.")]
+    return []
 
 
 def _folder(path: Any) -> str | None:

@@ -292,7 +292,7 @@ READ_AS_IS: dict[str, str] = {
     "critic.loss_scale_factor": "follows actor_rollout_ref.actor.loss_scale_factor (the value loss's normaliser)",
     "critic.optim.num_cycles": "the cosine schedule (workers/engine/optim.py)",
     "distillation.enabled": "on-policy distillation (trainer/distillation, config/checks_distillation.py)",
-    "distillation.distillation_loss.*": "the distillation loss (algos/distillation.py; forward_kl_topk refused)",
+    "distillation.distillation_loss.*": "the distillation loss (algos/distillation.py)",
     "distillation.n_gpus_per_node": "the teachers' pool (distillation_pool)",
     "distillation.nnodes": "the teachers' pool (distillation_pool)",
     "distillation.teacher_key": "routes each sample to its teacher",

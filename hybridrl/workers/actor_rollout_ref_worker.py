@@ -8,7 +8,8 @@ RPC surface: DataProto in → actor / rollout / ref call → DataProto out.
                          (``generate_sequences_nonblocking``: the same, enqueued; the async trainer modes)
     compute_log_prob     input_ids, responses, ...    → old_log_probs, entropys (+ sum_pi_squared with
                                                         actor.calculate_sum_pi_squared)
-    compute_ref_log_prob input_ids, responses, ...    → ref_log_prob
+    compute_ref_log_prob input_ids, responses, ...    → ref_log_prob (+ topk_log_probs, topk_ids [B, R, K] when
+                                                        meta_info["teacher_topk"] = K: a distillation teacher)
     update_actor         + advantages, old_log_probs  → meta_info["metrics"]
 """
 
@@ -29,6 +30,7 @@ from hybridrl.utils.device import current_device, get_device_name, memory_metric
 from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
+from hybridrl.workers.actor.distillation import TEACHER_TOPK_META_KEY
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
 from hybridrl.workers.sharding_manager import build_rollout_handle
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, build_sp_group
@@ -259,14 +261,17 @@ class ActorRolloutRefWorker(WeightTransferMethods, Worker):
         use_actor_as_ref = self._is_lora and self._is_actor
         if not (self._is_ref or use_actor_as_ref):
             raise RuntimeError(f"compute_ref_log_prob needs a ref role; this worker has role={self.role!r}.")
+        # a distillation teacher of forward_kl_topk: + its top-k log-probs and ids [B, R, K]
+        topk = int(data.meta_info.get(TEACHER_TOPK_META_KEY) or 0)
         data = self.ulysses.preprocess_data(data.to(current_device()))
         if use_actor_as_ref:
             with self._actor_on_device(with_optimizer=False), engine.disable_adapter(self.actor_module):
-                log_probs, _ = self.actor.compute_log_prob(data, False, micro_batching=self.plan.ref_log_prob)
+                outputs = self.actor.compute_token_outputs(data, micro_batching=self.plan.ref_log_prob, topk=topk)
             self._reshard_fsdp1_root()
         else:
-            log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
-        return self.ulysses.postprocess_data(DataProto.from_dict(tensors={"ref_log_prob": log_probs})).to("cpu")
+            outputs = self.ref_policy.compute_token_outputs(data, topk=topk)
+        tensors = {"ref_log_prob": outputs.pop("log_probs"), **outputs}  # (+ topk_log_probs, topk_ids)
+        return self.ulysses.postprocess_data(DataProto.from_dict(tensors=tensors)).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from config_testlib import compose_config
 
-from hybridrl.algos.distillation import ESTIMATOR_LOSS_MODES
+from hybridrl.algos.distillation import ESTIMATOR_LOSS_MODES, TOPK_LOSS_MODES
 from hybridrl.config.checks_distillation import RUNNABLE_LOSS_MODES, check_distillation, teacher_specs
 from hybridrl.config.unsupported import check_unsupported
 
@@ -20,7 +20,7 @@ def _problems(*overrides: str) -> dict[str, str]:
 
 
 def test_the_runnable_loss_modes_are_the_actors():
-    assert RUNNABLE_LOSS_MODES == ESTIMATOR_LOSS_MODES
+    assert RUNNABLE_LOSS_MODES == ESTIMATOR_LOSS_MODES + TOPK_LOSS_MODES
 
 
 def test_a_single_hf_teacher_with_k3_passes_and_disabled_checks_nothing():
@@ -29,8 +29,8 @@ def test_a_single_hf_teacher_with_k3_passes_and_disabled_checks_nothing():
 
 
 @pytest.mark.parametrize(("overrides", "key", "text"), [
-    (["distillation.distillation_loss.loss_mode=forward_kl_topk"], "distillation.distillation_loss.loss_mode",
-     "forward_kl_topk"),
+    (["distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=0"],
+     "distillation.distillation_loss.topk", "integer topk >= 1"),
     (["distillation.distillation_loss.loss_mode=k1"], "distillation.distillation_loss.loss_mode", "supervised k1"),
     (["distillation.distillation_loss.use_policy_gradient=True",
       "distillation.distillation_loss.policy_loss_mode=gspo"],
@@ -51,6 +51,13 @@ def test_what_is_not_implemented_is_refused_by_key(overrides, key, text):
 def test_k1_as_a_policy_gradient_reward_passes():
     assert _problems("distillation.distillation_loss.loss_mode=k1",
                      "distillation.distillation_loss.use_policy_gradient=True") == {}
+
+
+def test_the_top_k_forward_kl_passes_and_warns_with_the_policy_gradient():
+    assert _problems("distillation.distillation_loss.loss_mode=forward_kl_topk") == {}
+    with pytest.warns(UserWarning, match="use_policy_gradient=True with loss_mode=forward_kl_topk"):
+        assert _problems("distillation.distillation_loss.loss_mode=forward_kl_topk",
+                         "distillation.distillation_loss.use_policy_gradient=True") == {}
 
 
 def test_several_teachers_drop_the_default_entry_and_need_distinct_keys():

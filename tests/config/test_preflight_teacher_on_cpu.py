@@ -54,3 +54,18 @@ def test_same_size_but_another_tokenizer_is_refused(tiny_model_dir, other_vocab_
             shutil.copy(source, teacher / name)
     [problem] = check_teacher_vocabulary(_config(tiny_model_dir, str(teacher)))
     assert "tokenizer vocabulary" in str(problem)
+
+
+def test_a_topk_larger_than_the_vocabulary_is_refused_naming_the_key(tiny_model_dir, tmp_path):
+    from transformers import AutoConfig
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(tiny_model_dir, teacher)
+    vocab_size = AutoConfig.from_pretrained(tiny_model_dir).vocab_size
+    config = _config(tiny_model_dir, str(teacher))
+    config.distillation.distillation_loss.loss_mode = "forward_kl_topk"
+    config.distillation.distillation_loss.topk = vocab_size + 1
+    [problem] = check_teacher_vocabulary(config)
+    assert problem.key == "distillation.distillation_loss.topk" and f"<= {vocab_size}" in str(problem)
+    config.distillation.distillation_loss.topk = vocab_size
+    assert check_teacher_vocabulary(config) == []

@@ -7,6 +7,7 @@ models), spawned on their own pool and routed per sample.
 
     batch ─► rows by batch.non_tensor_batch[distillation.teacher_key] ─► each teacher's compute_ref_log_prob
           ─► teacher_logprobs [B, R] (+ meta_info["distillation"]: the loss settings the actor reads)
+             (+ teacher_topk_logprobs, teacher_topk_ids [B, R, K] with loss_mode=forward_kl_topk, K = topk)
 
 A teacher is the reference policy's machinery with another model: the same FSDP forward, micro-batches
 (``actor_rollout_ref.ref.log_prob_*``) and temperature (``inference.temperature``, default the rollout's).
@@ -25,7 +26,14 @@ from hybridrl.config.checks_distillation import SINGLE_TEACHER_KEY, TeacherSpec,
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_cls
 from hybridrl.trainer.ppo.stages import Metrics, timed
-from hybridrl.workers.actor.distillation import DISTILLATION_META_KEY, TEACHER_LOG_PROBS_KEY, DistillationLossParams
+from hybridrl.workers.actor.distillation import (
+    DISTILLATION_META_KEY,
+    TEACHER_LOG_PROBS_KEY,
+    TEACHER_TOPK_IDS_KEY,
+    TEACHER_TOPK_LOG_PROBS_KEY,
+    TEACHER_TOPK_META_KEY,
+    DistillationLossParams,
+)
 
 __all__ = ["DISTILLATION_POOL", "Teachers", "spawn_teachers", "teacher_section"]
 
@@ -56,18 +64,31 @@ class Teachers:
     params: DistillationLossParams
 
     def score(self, batch: DataProto) -> tuple[DataProto, Metrics]:
-        """Add ``teacher_logprobs [B, R]`` (each row scored by its teacher) and the loss settings to ``batch``."""
+        """Add ``teacher_logprobs [B, R]`` (each row scored by its teacher) and the loss settings to ``batch``; with
+        the top-k loss also ``teacher_topk_logprobs, teacher_topk_ids [B, R, K]``."""
         metrics: Metrics = {}
         assert batch.batch is not None, "the teachers score a batch with responses"
+        topk = self.params.topk if self.params.uses_topk else 0
         with timed("teacher_log_prob", metrics):
-            log_probs = torch.zeros_like(batch.batch["responses"], dtype=torch.float32)
+            responses = batch.batch["responses"]
+            scored_keys = {TEACHER_LOG_PROBS_KEY: torch.zeros_like(responses, dtype=torch.float32)}
+            if topk:
+                scored_keys[TEACHER_TOPK_LOG_PROBS_KEY] = torch.zeros(*responses.shape, topk, dtype=torch.float32)
+                scored_keys[TEACHER_TOPK_IDS_KEY] = torch.zeros(*responses.shape, topk, dtype=torch.long)
             for key, rows in self._rows_by_teacher(batch).items():
                 part, pad = pad_dataproto_to_divisor(batch.select_idxs(rows), self.groups[key].world_size)
+                if topk:
+                    part.meta_info[TEACHER_TOPK_META_KEY] = topk
                 output = unpad_dataproto(self.groups[key].compute_ref_log_prob(part), pad)
                 assert output.batch is not None
-                log_probs[torch.as_tensor(rows)] = output.batch["ref_log_prob"].float()
+                index = torch.as_tensor(rows)
+                scored_keys[TEACHER_LOG_PROBS_KEY][index] = output.batch["ref_log_prob"].float()
+                if topk:
+                    scored_keys[TEACHER_TOPK_LOG_PROBS_KEY][index] = output.batch["topk_log_probs"].float()
+                    scored_keys[TEACHER_TOPK_IDS_KEY][index] = output.batch["topk_ids"].long()
         tensors = batch.batch.clone(recurse=False)
-        tensors[TEACHER_LOG_PROBS_KEY] = log_probs
+        for name, values in scored_keys.items():
+            tensors[name] = values
         scored = DataProto(batch=tensors, non_tensor_batch=dict(batch.non_tensor_batch),
                            meta_info={**batch.meta_info, DISTILLATION_META_KEY: self.params})
         return scored, metrics

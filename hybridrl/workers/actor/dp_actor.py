@@ -62,7 +62,15 @@ from hybridrl.utils.torch_functional import (
 )
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
-from hybridrl.workers.actor.distillation import DISTILLATION_META_KEY, TEACHER_LOG_PROBS_KEY, add_distillation_loss
+from hybridrl.workers.actor.distillation import (
+    DISTILLATION_META_KEY,
+    TEACHER_LOG_PROBS_KEY,
+    TEACHER_TOPK_IDS_KEY,
+    TEACHER_TOPK_LOG_PROBS_KEY,
+    add_distillation_loss,
+    log_probs_at_ids,
+    topk_log_probs,
+)
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 from hybridrl.workers.actor.global_batch import merge_micro_batch_metrics, mini_batch_info, world_size
@@ -255,12 +263,27 @@ class DataParallelPPOActor(BasePPOActor):
         temperature: float,
         calculate_entropy: bool = False,
         calculate_sum_pi_squared: bool = False,
+        topk: int = 0,
+        at_topk_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Per response token at ``temperature``, each ``[B, R]``: ``log_probs``, and when asked ``entropys`` and
-        ``sum_pi_squared`` (Σ_v π(v)², the optimal token baseline's input; verl 0.9), from the same logits."""
+        ``sum_pi_squared`` (Σ_v π(v)², the optimal token baseline's input; verl 0.9), from the same logits; with
+        ``topk`` the ``topk_log_probs, topk_ids [B, R, K]`` (a distillation teacher's); with ``at_topk_ids
+        [B, R, K]`` the log-probs there and the model's own top-k ids, ``log_probs_at_topk, own_topk_ids [B, R, K]``
+        (a distillation student's: ``workers/actor/distillation.py``)."""
         names = ["log_probs"] + ["entropys"] * calculate_entropy + ["sum_pi_squared"] * calculate_sum_pi_squared
+        names += ["topk_log_probs", "topk_ids"] * bool(topk) + ["log_probs_at_topk", "own_topk_ids"] * (
+            at_topk_ids is not None)
 
-        def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
+        def token_fn(logits: torch.Tensor, next_tokens: torch.Tensor, *topk_ids: torch.Tensor) -> list[torch.Tensor]:
+            outputs = base_token_fn(logits, next_tokens)
+            if topk:
+                outputs += list(topk_log_probs(logits, topk, temperature))
+            if topk_ids:
+                outputs += list(log_probs_at_ids(logits, next_tokens, outputs[0], topk_ids[0], temperature))
+            return outputs
+
+        def base_token_fn(logits: torch.Tensor, next_tokens: torch.Tensor) -> list[torch.Tensor]:
             if not calculate_entropy and logits.device.type == "cpu":
                 # fp32 log-softmax (and Σπ²) in cache-sized blocks, forward and backward: no [N, V] float32 copy
                 outputs = [token_logprobs(logits, next_tokens, temperature)]
@@ -278,9 +301,11 @@ class DataParallelPPOActor(BasePPOActor):
                 outputs.append(calculate_sum_pi_squared_from_logits(logits))
             return outputs
 
+        token_inputs = () if at_topk_ids is None else (at_topk_ids,)
         with compute_dtype_context(self.device_name):
             outputs = forward_response(
-                self.actor_module, micro_batch, self.use_remove_padding, token_fn, self.share_prompt_prefix
+                self.actor_module, micro_batch, self.use_remove_padding, token_fn, self.share_prompt_prefix,
+                token_inputs=token_inputs,
             )
         return dict(zip(names, outputs, strict=True))
 
@@ -305,10 +330,12 @@ class DataParallelPPOActor(BasePPOActor):
         calculate_entropy: bool = False,
         calculate_sum_pi_squared: bool = False,
         micro_batching: ForwardPlan | None = None,
+        topk: int = 0,
     ) -> dict[str, torch.Tensor]:
         """:meth:`compute_log_prob`'s pass as a dict of ``[B, R]`` tensors in the input row order: ``log_probs``,
         + ``entropys`` with ``calculate_entropy``, + ``sum_pi_squared`` (Σ_v π(v)² at the same temperature, one
-        micro-batch's logits at a time) with ``calculate_sum_pi_squared``."""
+        micro-batch's logits at a time) with ``calculate_sum_pi_squared``, + ``topk_log_probs, topk_ids
+        [B, R, K]`` (the ``topk`` most likely tokens at the same temperature) with ``topk > 0``."""
         self.actor_module.eval()
         meta = data.meta_info
         temperature = self._call_temperature(meta)
@@ -316,18 +343,21 @@ class DataParallelPPOActor(BasePPOActor):
         add_packed_vision_inputs(batch, data.non_tensor_batch, self.actor_module)
         micro_batches, order = self._log_prob_micro_batches(batch, meta, micro_batching)
         with torch.no_grad():
-            outputs = self._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared)
+            outputs = self._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared,
+                                             topk)
         return {name: restore_order(values, order) for name, values in outputs.items()}
 
     def _token_outputs_of(
-        self, micro_batches: list, temperature: float, calculate_entropy: bool, calculate_sum_pi_squared: bool = False
+        self, micro_batches: list, temperature: float, calculate_entropy: bool, calculate_sum_pi_squared: bool = False,
+        topk: int = 0,
     ) -> dict[str, torch.Tensor]:
         """:meth:`_forward_token_outputs` over the micro-batches, each output concatenated in their order."""
         per_micro_batch = []
         for micro_batch in micro_batches:
             with self.moe.forward_context(micro_batch, self.use_remove_padding, training=False):
                 per_micro_batch.append(
-                    self._forward_token_outputs(micro_batch, temperature, calculate_entropy, calculate_sum_pi_squared)
+                    self._forward_token_outputs(micro_batch, temperature, calculate_entropy, calculate_sum_pi_squared,
+                                                topk)
                 )
         return {name: torch.cat([outputs[name] for outputs in per_micro_batch]) for name in per_micro_batch[0]}
 
@@ -346,8 +376,12 @@ class DataParallelPPOActor(BasePPOActor):
         loss_agg_mode = config.loss_agg_mode
         entropy_coeff = config.entropy_coeff
         # verl computes the entropy only when it enters the loss
+        # top-k distillation: the student's log-probs at the teacher's top-k ids, from the same logits
+        at_topk_ids = micro_batch[TEACHER_TOPK_IDS_KEY] if TEACHER_TOPK_IDS_KEY in micro_batch.keys() else None
         with self.moe.forward_context(micro_batch, self.use_remove_padding, training=True) as routing:
-            entropy, log_prob = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
+            outputs = self._forward_token_outputs(micro_batch, temperature, calculate_entropy=entropy_coeff != 0,
+                                                  at_topk_ids=at_topk_ids)
+        entropy, log_prob = outputs.get("entropys"), outputs["log_probs"]
         # on-policy without the old_log_prob pass (recompute_old_log_prob=False): the same weights made the samples
         old_log_prob = micro_batch["old_log_probs"] if "old_log_probs" in micro_batch.keys() else log_prob.detach()
         # rollout correction (decoupled): the driver's IS weights, passed only when present
@@ -370,7 +404,7 @@ class DataParallelPPOActor(BasePPOActor):
         metrics["actor/pg_loss"] = pg_loss.detach().item()
         if self._distillation is not None:  # on-policy distillation: workers/actor/distillation.py
             policy_loss = add_distillation_loss(self._distillation, policy_loss, log_prob, old_log_prob, micro_batch,
-                                                loss_agg_mode, global_batch, metrics)
+                                                loss_agg_mode, global_batch, metrics, outputs)
         policy_loss = self.moe.add_aux_loss(policy_loss, metrics, routing)
         if self._routing_captures is not None:
             self._routing_captures.append(routing)
@@ -401,7 +435,8 @@ class DataParallelPPOActor(BasePPOActor):
         config = self.config
         temperature = self._call_temperature(data.meta_info)
         keys = _UPDATE_KEYS + (["ref_log_prob"] if config.use_kl_loss else [])
-        keys += _optional_keys(data, _IS_WEIGHTS_KEY, ROUTED_EXPERTS_KEY, TEACHER_LOG_PROBS_KEY)
+        keys += _optional_keys(data, _IS_WEIGHTS_KEY, ROUTED_EXPERTS_KEY, TEACHER_LOG_PROBS_KEY,
+                               TEACHER_TOPK_LOG_PROBS_KEY, TEACHER_TOPK_IDS_KEY)
         pg_loss_fn = self._update_loss(data.meta_info)
         self._distillation = data.meta_info.get(DISTILLATION_META_KEY)
         # bypass mode's loss (not the one bound at construction) and distillation's per-token loss need every row

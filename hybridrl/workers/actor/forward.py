@@ -40,8 +40,8 @@ from hybridrl.workers.actor.shared_prefix import forward_response_shared_prefix
 
 __all__ = ["forward_packed_all_positions", "forward_response", "restore_order", "split_micro_batches"]
 
-# token_fn(outputs [N, T, H], next_tokens [N, T]) -> per-token tensors, each [N, T]
-TokenFn = Callable[[torch.Tensor, torch.Tensor], Sequence[torch.Tensor]]
+# token_fn(outputs [N, T, H], next_tokens [N, T], *token_inputs [N, T, ...]) -> per-token tensors, each [N, T, ...]
+TokenFn = Callable[..., Sequence[torch.Tensor]]
 
 
 def forward_response(
@@ -50,6 +50,7 @@ def forward_response(
     use_remove_padding: bool,
     token_fn: TokenFn,
     share_prompt_prefix: bool = False,
+    token_inputs: Sequence[torch.Tensor] = (),
 ) -> list[torch.Tensor]:
     """Run ``module`` on a micro-batch and map its per-position outputs to response positions.
 
@@ -57,16 +58,21 @@ def forward_response(
         module: HF model (causal LM or token classification), plain or FSDP-wrapped.
         micro_batch: holds ``input_ids, attention_mask, position_ids [B, S]`` and ``responses [B, R]``.
         use_remove_padding: pack the valid tokens into one row (padding-free forward).
-        token_fn: turns the model's ``logits [N, T, H]`` and the ids they predict ``[N, T]`` into
-            per-token tensors ``[N, T]`` (e.g. log-probs and entropies, or values).
+        token_fn: turns the model's ``logits [N, T, H]`` and the ids they predict ``[N, T]`` (then each of
+            ``token_inputs`` at the same positions) into per-token tensors ``[N, T]`` or ``[N, T, ...]`` (e.g.
+            log-probs and entropies, values, top-k log-probs ``[N, T, K]``).
         share_prompt_prefix: padded layout, causal LMs: run each distinct prompt once and hand its KV cache
-            to the rows that share it (:mod:`hybridrl.workers.actor.shared_prefix`); the same numbers.
+            to the rows that share it (:mod:`hybridrl.workers.actor.shared_prefix`); the same numbers. Not
+            with ``token_inputs`` (the plain padded forward runs).
+        token_inputs: per response token inputs ``[B, R, ...]`` handed to ``token_fn`` aligned with
+            ``next_tokens`` (e.g. a teacher's top-k ids to gather the student's log-probs at).
 
     Returns:
-        Each tensor of ``token_fn`` at the response positions: ``[B, R]``.
+        Each tensor of ``token_fn`` at the response positions: ``[B, R]`` (``[B, R, ...]``).
     """
     if uses_vision_forward(micro_batch):  # images or mrope positions: hybridrl/models/multimodal.py
-        return forward_response_with_images(module, micro_batch, token_fn, use_remove_padding)
+        return forward_response_with_images(module, micro_batch, _with_inputs(token_fn, token_inputs),
+                                            use_remove_padding)
     response_length = micro_batch["responses"].shape[-1]
     input_ids = micro_batch["input_ids"]
     attention_mask = micro_batch["attention_mask"]
@@ -76,18 +82,20 @@ def forward_response(
         # the token each packed position predicts; the last token of a sequence gets the next
         # sequence's first token, which lands on a position outside the response mask.
         next_tokens = torch.roll(packed.input_ids, shifts=-1, dims=1)  # [1, nnz]
+        packed_inputs = [_pack_response_inputs(values, packed) for values in token_inputs]  # each [1, nnz, ...]
         sp_group = ulysses.sequence_parallel_group_of(module)
         if sp_group is not None and dist.get_world_size(sp_group) > 1:
-            per_token = _forward_packed_sp(module, packed, next_tokens, token_fn, sp_group)
+            per_token = _forward_packed_sp(module, packed, next_tokens, token_fn, sp_group, packed_inputs)
         else:
-            per_token = _forward_packed(module, packed, next_tokens, token_fn, response_length)
+            per_token = _forward_packed(module, packed, next_tokens, token_fn, response_length, packed_inputs)
         return [packed.pad(values.squeeze(0))[:, -response_length - 1 : -1] for values in per_token]
     lead, trail = skipped_columns(attention_mask, response_length)
     kept = response_length - trail  # R' response columns that hold a token in some row
-    if share_prompt_prefix and _keeps_logits(module) and runs_fast_path(module, FastPath.SHARED_PREFIX):
+    if (share_prompt_prefix and not token_inputs and _keeps_logits(module)
+            and runs_fast_path(module, FastPath.SHARED_PREFIX)):
         per_token = forward_response_shared_prefix(module, micro_batch, token_fn, lead, kept)
         if per_token is not None:
-            return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]
+            return [_pad_response(values, trail) for values in per_token]
     columns = slice(lead, attention_mask.shape[1] - trail)
     kwargs = {"logits_to_keep": kept + 1} if _keeps_logits(module) else {}
     output = module(
@@ -98,8 +106,29 @@ def forward_response(
         **kwargs,
     )
     logits = output.logits[:, -kept - 1 : -1]  # [B, R', H]
-    per_token = token_fn(logits, micro_batch["responses"][:, :kept])
-    return [torch.nn.functional.pad(values, (0, trail)) for values in per_token]  # [B, R], 0 past every response
+    per_token = token_fn(logits, micro_batch["responses"][:, :kept], *(values[:, :kept] for values in token_inputs))
+    return [_pad_response(values, trail) for values in per_token]  # [B, R, ...], 0 past every response
+
+
+def _pad_response(values: torch.Tensor, trail: int) -> torch.Tensor:
+    """``[B, R', ...]`` → ``[B, R' + trail, ...]`` with zeros."""
+    return torch.nn.functional.pad(values, (0, 0) * (values.dim() - 2) + (0, trail))
+
+
+def _with_inputs(token_fn: TokenFn, token_inputs: Sequence[torch.Tensor]) -> TokenFn:
+    """``token_fn`` with ``token_inputs`` (already aligned with its ``next_tokens``) appended to its arguments."""
+    if not token_inputs:
+        return token_fn
+    return lambda logits, next_tokens: token_fn(logits, next_tokens, *token_inputs)
+
+
+def _pack_response_inputs(values: torch.Tensor, packed: Any) -> torch.Tensor:
+    """Response-aligned ``[B, R, ...]`` → ``[1, nnz, ...]`` at the packed positions that predict each response
+    token (the column before it); other positions hold 0."""
+    batch, response_length = values.shape[:2]
+    full = values.new_zeros((batch, packed.seqlen, *values.shape[2:]))
+    full[:, packed.seqlen - response_length - 1 : packed.seqlen - 1] = values
+    return full.flatten(0, 1)[packed.indices].unsqueeze(0)
 
 
 def skipped_columns(attention_mask: torch.Tensor, response_length: int) -> tuple[int, int]:
@@ -133,23 +162,24 @@ def _forward_takes_logits_to_keep(model_class: type) -> bool:
 
 
 def _forward_packed(
-    module: nn.Module, packed: Any, next_tokens: torch.Tensor, token_fn: TokenFn, response_length: int
+    module: nn.Module, packed: Any, next_tokens: torch.Tensor, token_fn: TokenFn, response_length: int,
+    token_inputs: Sequence[torch.Tensor] = (),
 ) -> list[torch.Tensor]:
     """Packed forward; the head runs only on positions that score a response token when the model allows it.
 
-    Returns per-token tensors ``[1, nnz]``; positions outside the response window hold 0 (masked by callers).
+    Returns per-token tensors ``[1, nnz, ...]``; positions outside the response window hold 0 (masked by callers).
     """
     if not _keeps_logits(module):
         output = module(**_packed_inputs(module, packed))
-        return list(token_fn(output.logits, next_tokens))
+        return list(token_fn(output.logits, next_tokens, *token_inputs))
     column = packed.indices % packed.seqlen  # [nnz] column of each packed token in the padded batch
     window = (column >= packed.seqlen - response_length - 1) & (column < packed.seqlen - 1)
     keep = torch.nonzero(window, as_tuple=False).flatten()  # [K]
     output = module(**_packed_inputs(module, packed), logits_to_keep=keep)
     nnz = packed.input_ids.shape[1]
     per_token = []
-    for values in token_fn(output.logits, next_tokens[:, keep]):  # each [1, K]
-        full = torch.zeros(1, nnz, dtype=values.dtype, device=values.device)
+    for values in token_fn(output.logits, next_tokens[:, keep], *(inputs[:, keep] for inputs in token_inputs)):
+        full = values.new_zeros((1, nnz, *values.shape[2:]))  # values: [1, K, ...]
         per_token.append(full.index_put((torch.zeros_like(keep), keep), values.squeeze(0)))
     return per_token
 
@@ -177,16 +207,18 @@ def _packed_inputs(module: nn.Module, packed: Any) -> dict[str, Any]:
 
 
 def _forward_packed_sp(
-    module: nn.Module, packed: Any, next_tokens: torch.Tensor, token_fn: TokenFn, group: Any
+    module: nn.Module, packed: Any, next_tokens: torch.Tensor, token_fn: TokenFn, group: Any,
+    token_inputs: Sequence[torch.Tensor] = (),
 ) -> list[torch.Tensor]:
     """Ulysses: this rank runs ``[1, nnz_pad/sp]`` of the packed row; per-token outputs are gathered to ``[1, nnz]``."""
     sp_size, sp_rank = dist.get_world_size(group), dist.get_rank(group)
     ids, pos, pad = ulysses.ulysses_pad_and_slice_inputs(packed.input_ids, packed.position_ids, sp_size, sp_rank)
     local_next, _, _ = ulysses.ulysses_pad_and_slice_inputs(next_tokens, None, sp_size, sp_rank)
+    local_inputs = [ulysses.ulysses_pad_and_slice_inputs(values, None, sp_size, sp_rank)[0] for values in token_inputs]
     output = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False)
     return [
         ulysses.gather_outputs_and_unpad(values, gather_dim=1, padding_size=pad, group=group)
-        for values in token_fn(output.logits, local_next)
+        for values in token_fn(output.logits, local_next, *local_inputs)
     ]
 
 

@@ -116,9 +116,8 @@ def run_server(config: DictConfig) -> None:
     import uvicorn
 
     from hybridrl.serving import build_openai_app
-    from hybridrl.workers.rollout.async_server import build_async_server
-
     from hybridrl.utils.cpu_allocator import release_free_memory
+    from hybridrl.workers.rollout.async_server import build_async_server
 
     engine, tokenizer, rollout_config = build_engine(config)
     server = build_async_server(engine, rollout_config, on_idle=release_free_memory)  # a burst's peak given back

@@ -28,8 +28,8 @@ from hybridrl.utils.remove_padding import pack_sequences
 from hybridrl.utils.torch_functional import compute_position_id_with_mask, postprocess_data
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers import engine
-from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_packed_all_positions, restore_order, split_micro_batches
+from hybridrl.workers.actor.knobs import compute_dtype_context
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, sp_group_from_config
 

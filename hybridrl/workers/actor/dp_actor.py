@@ -31,11 +31,6 @@ average back into the sum over the global mini-batch.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,7 +41,6 @@ from hybridrl.algos.kl import kl_penalty
 from hybridrl.algos.params import policy_loss_params
 from hybridrl.algos.policy_loss_modes import BoundPolicyLoss, bind_bypass_loss, resolve_policy_loss
 from hybridrl.config.batch_plan import ForwardPlan, RolePlan
-from hybridrl.config.errors import warn_once
 from hybridrl.config.worker_plan import update_split
 from hybridrl.models.multimodal import CHECKED_IMAGES_METRIC, add_packed_vision_inputs
 from hybridrl.models.transformers.logprob_fused import token_logprobs, token_sum_pi_squared
@@ -74,6 +68,7 @@ from hybridrl.workers.actor.distillation import (
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 from hybridrl.workers.actor.global_batch import merge_micro_batch_metrics, mini_batch_info, world_size
+from hybridrl.workers.actor.knobs import activation_offload_context, compute_dtype_context, maybe_compile
 from hybridrl.workers.actor.moe import ROUTED_EXPERTS_KEY, ActorMoE
 from hybridrl.workers.actor.zero_advantage import (
     SKIPPED_FRACTION_METRIC,
@@ -90,54 +85,6 @@ _UPDATE_KEYS = [*_LOG_PROB_KEYS, "response_mask", "old_log_probs", "advantages"]
 _IS_WEIGHTS_KEY = "rollout_is_weights"
 # meta_info key: the driver's RolloutCorrectionParams in bypass mode (absent otherwise)
 ROLLOUT_CORRECTION_META_KEY = "rollout_correction"
-
-
-def compute_dtype_context(device_name: str) -> contextlib.AbstractContextManager[Any]:
-    """verl runs forwards under ``autocast(bf16)``; on CPU that would silently change fp32 numerics,
-    so autocast is used on CUDA only (the FSDP mixed-precision policy sets the CPU compute dtype)."""
-    if device_name == "cuda":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def maybe_compile(fn: Callable[..., torch.Tensor], enabled: bool, device_name: str) -> Callable[..., torch.Tensor]:
-    """``torch.compile(fn, dynamic=True)`` for ``use_torch_compile`` (verl), with an eager fallback.
-
-    CUDA: compiled. CPU: eager unless ``HYBRIDRL_COMPILE_ON_CPU=1`` — inductor's C++ build costs tens of
-    seconds per process and buys nothing on the tiny CPU models (numerics are equal; see the knob tests).
-    If compilation fails at the first call, the eager function is used from then on (one warning).
-    """
-    if not enabled or (device_name != "cuda" and os.environ.get("HYBRIDRL_COMPILE_ON_CPU", "0") != "1"):
-        return fn
-    compiled = torch.compile(fn, dynamic=True)
-    state = {"fn": compiled}
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> torch.Tensor:
-        try:
-            return state["fn"](*args, **kwargs)
-        except Exception as error:  # noqa: BLE001  (compiler/toolchain errors of any kind)
-            if state["fn"] is fn:
-                raise
-            warnings.warn(
-                f"use_torch_compile: compiling {fn.__name__} failed ({error!r}); running it eagerly.", stacklevel=2
-            )
-            state["fn"] = fn
-            return fn(*args, **kwargs)
-
-    return call
-
-
-def activation_offload_context(enabled: bool, device_name: str) -> contextlib.AbstractContextManager[Any]:
-    """``model.enable_activation_offload``: tensors saved for backward live in pinned CPU memory
-    (``torch.autograd.graph.save_on_cpu``) and return to the GPU for backward. On CPU activations are
-    already in host memory, so it is a no-op (warned once)."""
-    if not enabled:
-        return contextlib.nullcontext()
-    if device_name != "cuda":
-        warn_once("enable_activation_offload=True has no effect on CPU: activations already live in host memory.")
-        return contextlib.nullcontext()
-    return torch.autograd.graph.save_on_cpu(pin_memory=True)
 
 
 class DataParallelPPOActor(BasePPOActor):

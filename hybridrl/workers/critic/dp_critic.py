@@ -32,9 +32,9 @@ from hybridrl.utils.py_functional import append_to_dict
 from hybridrl.utils.torch_functional import masked_mean
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.divergence import NonFiniteStepGuard, guarded_optimizer_step
-from hybridrl.workers.actor.dp_actor import compute_dtype_context
 from hybridrl.workers.actor.forward import forward_response, restore_order, split_micro_batches
 from hybridrl.workers.actor.global_batch import merge_micro_batch_metrics, mini_batch_info, world_size
+from hybridrl.workers.actor.knobs import compute_dtype_context
 from hybridrl.workers.critic.base import BasePPOCritic
 
 __all__ = ["DataParallelPPOCritic"]

@@ -10,7 +10,7 @@ import torch
 
 from hybridrl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from hybridrl.workers.actor import DataParallelPPOActor
-from hybridrl.workers.actor.dp_actor import activation_offload_context, maybe_compile
+from hybridrl.workers.actor.knobs import activation_offload_context, maybe_compile
 
 
 def _update(model, config, data):

@@ -30,13 +30,19 @@ ALLOWED_DUPLICATES: dict[str, str] = {
     "context_parallel.py": "engine siblings: context parallelism of the FSDP path (utils) and of Megatron",
     "critic.py": "verl's path of the critic's typed config (workers/config/critic), and the Megatron critic",
     "critic_worker.py": "engine siblings: the critic worker on FSDP and on Megatron",
+    "dapo.py": "verl's two paths of the DAPO reward manager: the driver's batch manager (workers/reward_manager) and the "
+    "reward loop's per-sample one (experimental/reward_loop/reward_manager)",
     "engine.py": "verl's path of the engines' typed configs (workers/config/engine), and the Megatron engine",
     "errors.py": "each package's own error types (Ray worker groups, OpenAI serving errors, config errors)",
+    "losses.py": "verl's two paths of the distillation losses (trainer/distillation/losses and its fsdp/losses)",
     "forward.py": "trainer siblings: the forward pass of the PPO workers and of the SFT trainer",
     "model.py": "verl's ``verl.utils.model`` path, the Megatron engine's model builder, and verl's path of the "
     "model's typed config (workers/config/model)",
+    "naive.py": "verl's two paths of the naive reward manager: the driver's batch manager and the reward loop's "
+    "per-sample one",
     "offload.py": "engine siblings: parameter / optimizer offload on FSDP and on Megatron",
     "parallel.py": "trainer / engine siblings: the parallel layout (device mesh, groups) of SFT and of Megatron",
+    "registry.py": "verl's two reward-manager registries: the driver's managers and the reward loop's",
     "reward_model_worker.py": "engine siblings: the reward-model worker on FSDP and on Megatron",
     "sampler.py": "verl's path of the custom-sampler base classes: experimental/dataset/sampler re-exports "
     "utils/dataset/sampler (the data layer's, below the trainer)",

@@ -27,7 +27,7 @@ Mixing with the task loss: L_total = L_task + c · L (use_task_rewards, c = dist
 
 Deviation from verl: none in the formulas. verl computes the top-k student log-probs inside its engine's logits
 processor; here :func:`student_topk_log_probs` does it from a ``[B, T, V]`` logits tensor, and the actor's update
-from its log-prob pass (``hybridrl.workers.actor.distillation.log_probs_at_ids``).
+from its log-prob pass (``hybridrl.workers.actor.distillation_update.log_probs_at_ids``).
 """
 
 from __future__ import annotations

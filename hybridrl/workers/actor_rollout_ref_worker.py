@@ -30,7 +30,7 @@ from hybridrl.utils.device import current_device, get_device_name, memory_metric
 from hybridrl.utils.distributed import init_worker_distributed
 from hybridrl.workers import engine
 from hybridrl.workers.actor import DataParallelPPOActor
-from hybridrl.workers.actor.distillation import TEACHER_TOPK_META_KEY
+from hybridrl.workers.actor.distillation_update import TEACHER_TOPK_META_KEY
 from hybridrl.workers.engine import ModelSpec, build_fsdp_module, on_device
 from hybridrl.workers.sharding_manager import build_rollout_handle
 from hybridrl.workers.sharding_manager.fsdp_ulysses import UlyssesShardingManager, build_sp_group

@@ -28,8 +28,8 @@ import torch
 
 from hybridrl.experimental.reward_loop.guard import ScoringPolicy, guarded, judge_metrics
 from hybridrl.experimental.reward_loop.reward_manager.base import RewardManagerBase, get_event_loop
-from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score, select_setting
 from hybridrl.experimental.reward_loop.reward_manager.registry import get_reward_manager_cls
+from hybridrl.experimental.reward_loop.reward_manager.scoring_function import load_compute_score, select_setting
 from hybridrl.protocol import DataProto
 
 

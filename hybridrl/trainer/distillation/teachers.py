@@ -26,7 +26,7 @@ from hybridrl.config.checks_distillation import SINGLE_TEACHER_KEY, TeacherSpec,
 from hybridrl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from hybridrl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, create_colocated_worker_cls
 from hybridrl.trainer.ppo.stages import Metrics, timed
-from hybridrl.workers.actor.distillation import (
+from hybridrl.workers.actor.distillation_update import (
     DISTILLATION_META_KEY,
     TEACHER_LOG_PROBS_KEY,
     TEACHER_TOPK_IDS_KEY,

@@ -73,7 +73,7 @@ def uses_reward_loop(config: DictConfig) -> bool:
     for section in ("reward_model", "reward"):  # hybridrl's spelling of reward_kwargs, and verl 0.9's
         if OmegaConf.select(config, f"{section}.reward_kwargs.fallback_score") is not None:
             return True
-    from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score
+    from hybridrl.experimental.reward_loop.reward_manager.scoring_function import load_compute_score
 
     return inspect.iscoroutinefunction(load_compute_score(config))  # loads without printing
 

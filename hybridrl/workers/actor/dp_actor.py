@@ -56,7 +56,7 @@ from hybridrl.utils.torch_functional import (
 )
 from hybridrl.utils.ulysses import sp_token_budget
 from hybridrl.workers.actor.base import BasePPOActor
-from hybridrl.workers.actor.distillation import (
+from hybridrl.workers.actor.distillation_update import (
     DISTILLATION_META_KEY,
     TEACHER_LOG_PROBS_KEY,
     TEACHER_TOPK_IDS_KEY,
@@ -217,7 +217,7 @@ class DataParallelPPOActor(BasePPOActor):
         ``sum_pi_squared`` (Σ_v π(v)², the optimal token baseline's input; verl 0.9), from the same logits; with
         ``topk`` the ``topk_log_probs, topk_ids [B, R, K]`` (a distillation teacher's); with ``at_topk_ids
         [B, R, K]`` the log-probs there and the model's own top-k ids, ``log_probs_at_topk, own_topk_ids [B, R, K]``
-        (a distillation student's: ``workers/actor/distillation.py``)."""
+        (a distillation student's: ``workers/actor/distillation_update.py``)."""
         names = ["log_probs"] + ["entropys"] * calculate_entropy + ["sum_pi_squared"] * calculate_sum_pi_squared
         names += ["topk_log_probs", "topk_ids"] * bool(topk) + ["log_probs_at_topk", "own_topk_ids"] * (
             at_topk_ids is not None)
@@ -349,7 +349,7 @@ class DataParallelPPOActor(BasePPOActor):
             metrics["actor/kl_loss"] = kl_loss.detach().item()
             metrics["actor/kl_coef"] = float(config.kl_loss_coef)
         metrics["actor/pg_loss"] = pg_loss.detach().item()
-        if self._distillation is not None:  # on-policy distillation: workers/actor/distillation.py
+        if self._distillation is not None:  # on-policy distillation: workers/actor/distillation_update.py
             policy_loss = add_distillation_loss(self._distillation, policy_loss, log_prob, old_log_prob, micro_batch,
                                                 loss_agg_mode, global_batch, metrics, outputs)
         policy_loss = self.moe.add_aux_loss(policy_loss, metrics, routing)

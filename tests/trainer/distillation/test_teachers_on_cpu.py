@@ -9,7 +9,11 @@ import torch
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.distillation.teachers import Teachers
 from hybridrl.trainer.ppo.stages import StageError
-from hybridrl.workers.actor.distillation import DISTILLATION_META_KEY, TEACHER_LOG_PROBS_KEY, DistillationLossParams
+from hybridrl.workers.actor.distillation_update import (
+    DISTILLATION_META_KEY,
+    TEACHER_LOG_PROBS_KEY,
+    DistillationLossParams,
+)
 
 PARAMS = DistillationLossParams(loss_mode="k3", topk=32, log_prob_min_clamp=None, use_task_rewards=True,
                                 distillation_loss_coef=1.0,

@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from hybridrl.workers.actor import DataParallelPPOActor
-from hybridrl.workers.actor.distillation import DISTILLATION_META_KEY, TEACHER_LOG_PROBS_KEY, DistillationLossParams
+from hybridrl.workers.actor.distillation_update import (
+    DISTILLATION_META_KEY,
+    TEACHER_LOG_PROBS_KEY,
+    DistillationLossParams,
+)
 
 
 def _params(**overrides) -> DistillationLossParams:
@@ -127,7 +131,7 @@ def test_the_teachers_top_k_is_torch_topk_of_an_hf_forward_padded_and_packed(cau
 
 
 def test_student_log_probs_at_ids_match_log_softmax_with_its_gradient():
-    from hybridrl.workers.actor.distillation import log_probs_at_ids
+    from hybridrl.workers.actor.distillation_update import log_probs_at_ids
 
     logits = torch.randn(2, 3, 11, requires_grad=True)
     next_tokens, ids, temperature = torch.randint(0, 11, (2, 3)), torch.randint(0, 11, (2, 3, 4)), 0.8

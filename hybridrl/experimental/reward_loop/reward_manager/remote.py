@@ -18,7 +18,7 @@ class RewardComputeWorker:
 
     def __init__(self, compute_score_fn: Any = None, config: Any = None) -> None:
         if config is not None:  # the user's function is loaded here from its file: such a module does not pickle
-            from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score
+            from hybridrl.experimental.reward_loop.reward_manager.scoring_function import load_compute_score
 
             compute_score_fn = load_compute_score(config)
         if compute_score_fn is None:
@@ -54,7 +54,7 @@ class RemoteRewardManager(RewardManagerBase):
         num_workers = config["reward"]["num_workers"]
         worker_cls = ray.remote(num_cpus=0)(RewardComputeWorker)
         node = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
-        from hybridrl.experimental.reward_loop.reward_manager.loading import load_compute_score
+        from hybridrl.experimental.reward_loop.reward_manager.scoring_function import load_compute_score
 
         # a function from custom_reward_function.path is re-loaded in each process; any other is pickled
         args = {"config": config} if load_compute_score(config) is not None else {"compute_score_fn": compute_score}

@@ -79,11 +79,16 @@ class MegatronPPOActor(DataParallelPPOActor):
         return grad_norm
 
     def _token_outputs_of(self, micro_batches: list, temperature: float, calculate_entropy: bool,
-                          calculate_sum_pi_squared: bool = False) -> dict[str, torch.Tensor]:
+                          calculate_sum_pi_squared: bool = False, topk: int = 0) -> dict[str, torch.Tensor]:
         """PP = 1: the actor's loop. PP > 1: one forward-only pipeline pass; the last stage's log-probs (and
-        entropies, Σπ²) ``[B, R]`` broadcast over the pipeline group."""
+        entropies, Σπ²) ``[B, R]`` broadcast over the pipeline group. ``topk`` (a distillation teacher's top-k)
+        is the FSDP path's only: a Megatron run with teachers is refused at config time."""
         if pipeline.pipeline_size() == 1:
-            return super()._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared)
+            return super()._token_outputs_of(micro_batches, temperature, calculate_entropy, calculate_sum_pi_squared,
+                                             topk)
+        if topk:
+            raise NotImplementedError("top-k teacher log-probs need the FSDP actor (distillation with a Megatron "
+                                      "actor is refused by the config check)")
         names = ["log_probs"] + ["entropys"] * calculate_entropy + ["sum_pi_squared"] * calculate_sum_pi_squared
 
         def last_stage(micro_batch: Any, _index: int) -> tuple[torch.Tensor, Any]:

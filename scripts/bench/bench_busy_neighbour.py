@@ -5,8 +5,8 @@
 Each case runs ``examples/quickstart/run_quickstart.sh`` for ``--steps`` steps (SmolLM2-135M-Instruct, GRPO, the
 quickstart's settings) with ``RAY_worker_niceness`` set to the case's value (hybridrl's local CPU cluster uses 0;
 Ray's own default is 15). ``busy`` starts one process spinning on one core (nice 0, as a browser tab or an
-indexer would) for the length of the run. Reported: the median ``timing_s/step`` of steps 2..N (step 1 warms up)
-per case, its ratio to the ``alone`` case, and the ratio a fair share of the CPU predicts: the run's threads
+indexer would) for the length of the run. Reported: the median ``timing_s/step`` of steps 2..N-1 (step 1 warms up,
+step N also saves the model) per case, its ratio to the ``alone`` case, and the ratio a fair share of the CPU predicts: the run's threads
 (``CORES`` torch threads in one worker) sharing the cores with one more busy thread. One JSON object on stdout.
 """
 
@@ -56,7 +56,7 @@ def run_case(steps: int, niceness: int, busy: bool, out_dir: Path) -> dict:
             spinner.kill()
             spinner.wait()
     times = _step_times(out_dir / f"{env['EXPERIMENT']}.jsonl")
-    return {"step_s": [round(t, 2) for t in times], "median_step_s_after_first": round(statistics.median(times[1:]), 2)}
+    return {"step_s": [round(t, 2) for t in times], "median_step_s": round(statistics.median(times[1:-1]), 2)}
 
 
 def main() -> None:
@@ -64,6 +64,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--cases", nargs="+", default=["alone:0", "busy:0", "busy:15"])
     args = parser.parse_args()
+    if args.steps < 3:
+        parser.error("--steps must be >= 3 (step 1 warms up, the last step also saves the model)")
     cores = os.cpu_count() or 1
     report: dict = {"cores": cores, "steps": args.steps, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +73,7 @@ def main() -> None:
             condition, niceness = case.split(":")
             result = run_case(args.steps, int(niceness), condition == "busy", Path(tmp) / case.replace(":", "_"))
             report["cases"][f"{condition}, worker niceness {niceness}"] = result
-    medians = {name: case["median_step_s_after_first"] for name, case in report["cases"].items()}
+    medians = {name: case["median_step_s"] for name, case in report["cases"].items()}
     alone = next((value for name, value in medians.items() if name.startswith("alone")), None)
     if alone:
         report["slowdown_vs_alone"] = {name: round(value / alone, 2) for name, value in medians.items()}

@@ -72,6 +72,9 @@ class RateLimitedRewardManager(RewardManagerBase):
     _max_tpm: float | None = None
     _estimated_tokens_per_request: int | None = None
     _class_initialized = False
+    # verl reads these ``reward.*`` keys with these fallbacks in code; neither verl's YAML nor hybridrl's holds them
+    # (a run adds them with ``+reward.<key>=...``), so they live here, once
+    UNSET_KEY_FALLBACKS = {"max_concurrent": 1, "estimated_tokens_per_request": 2000, "timeout": 300.0}
 
     @classmethod
     def init_class(cls, config: Any, tokenizer: Any) -> None:
@@ -87,12 +90,15 @@ class RateLimitedRewardManager(RewardManagerBase):
                     *incoming,
                 )
             return
-        cls._max_concurrent = rm_cfg.get("max_concurrent", 1)
+        fallback = cls.UNSET_KEY_FALLBACKS
+        cls._max_concurrent = rm_cfg.get("max_concurrent", fallback["max_concurrent"])
         cls._semaphore = asyncio.Semaphore(cls._max_concurrent)
         cls._max_rpm = rm_cfg.get("max_rpm", None)
         cls._rpm_limiter = None if cls._max_rpm is None else AsyncTokenBucket(cls._max_rpm / 60.0, cls._max_rpm / 60.0)
         cls._max_tpm = rm_cfg.get("max_tpm", None)
-        cls._estimated_tokens_per_request = rm_cfg.get("estimated_tokens_per_request", 2000)
+        cls._estimated_tokens_per_request = rm_cfg.get(
+            "estimated_tokens_per_request", fallback["estimated_tokens_per_request"]
+        )
         cls._tpm_limiter = None if cls._max_tpm is None else AsyncTokenBucket(cls._max_tpm / 60.0, cls._max_tpm / 60.0)
         cls._class_initialized = True
 
@@ -104,7 +110,7 @@ class RateLimitedRewardManager(RewardManagerBase):
         for legacy in ("num_examine", "reward_fn_key"):  # the driver managers' arguments, unused here
             kwargs.pop(legacy, None)
         super().__init__(config, tokenizer, compute_score, **kwargs)
-        self.timeout = (config.get("reward", None) or {}).get("timeout", 300.0)
+        self.timeout = (config.get("reward", None) or {}).get("timeout", self.UNSET_KEY_FALLBACKS["timeout"])
 
     async def run_single(self, data: Any) -> dict:
         fields = self.sample_fields(data)

@@ -24,30 +24,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.protocol import DataProto
 from hybridrl.trainer.ppo.protocols import RewardManager
-from hybridrl.utils.import_utils import load_extern_type
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
 def get_custom_reward_fn(config: DictConfig) -> Callable | None:
-    """The user's scoring function with ``reward_kwargs`` bound, or None when no path is configured.
+    """The user's scoring function with ``reward_kwargs`` bound (a ``functools.partial``, so it pickles into the
+    prime manager's processes), or None when no path is configured; loaded by the reward loop's loader, the one
+    reader of ``custom_reward_function.*`` in either verl spelling.
 
     Raises:
         FileNotFoundError / AttributeError / RuntimeError naming ``custom_reward_function.path`` / ``.name``.
     """
-    fn_config = config.get("custom_reward_function", None) or {}
-    file_path = fn_config.get("path", None)
-    if not file_path:
-        return None
-    name = fn_config.get("name", None) or "compute_score"
-    raw_fn = load_extern_type(file_path, name, key="custom_reward_function.path")
-    if not callable(raw_fn):
-        raise TypeError(f"custom_reward_function.name={name!r} in {file_path} is not callable")
-    print(f"using customized reward function '{name}' from '{file_path}'")
-    reward_kwargs = dict(fn_config.get("reward_kwargs", None) or {})
-    # functools.partial (not a closure) so the function pickles into the prime manager's processes.
-    return functools.partial(raw_fn, **reward_kwargs)
+    from hybridrl.experimental.reward_loop.reward_manager.scoring_function import load_compute_score
+
+    fn = load_compute_score(config)
+    if fn is not None:
+        print(f"using customized reward function '{fn.func.__name__}' from '{inspect.getsourcefile(fn.func)}'")
+    return fn
 
 
 def _default_score_fn(config: DictConfig) -> Callable:

@@ -27,6 +27,7 @@ def load_compute_score(config: Any) -> Any:
     if not path:
         return None
     name = select_setting(config, ("custom_reward_function.name", "reward.custom_reward_function.name"))
+    name = name or "compute_score"
     fn = load_extern_type(path, name, key="custom_reward_function.path")
     if not callable(fn):
         raise TypeError(f"custom_reward_function.name={name!r} in {path} is not callable")
